@@ -1,0 +1,170 @@
+"""The ``klutch-gitops`` command line."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from klutch_gitops import __version__
+from klutch_gitops.errors import KlutchError
+from klutch_gitops.localstack import binaries, daemon
+from klutch_gitops.localstack.stack import StackInfo
+
+app = typer.Typer(
+    help="GitOps front door for Klutch data services.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+dev = typer.Typer(
+    help="The embedded local stack: etcd, two clusters (app, control-plane), Dex.",
+    no_args_is_help=True,
+)
+app.add_typer(dev, name="dev")
+
+out = Console()
+err = Console(stderr=True)
+
+StateDir = Annotated[
+    Path,
+    typer.Option(
+        "--state-dir",
+        help="Where the stack keeps its files [env: KLUTCH_STATE_DIR]",
+        default_factory=daemon.default_state_dir,
+        show_default="~/.local/state/klutch-gitops/dev",
+    ),
+]
+
+
+class Output(StrEnum):
+    text = "text"
+    json = "json"
+
+
+def main() -> None:
+    """Entry point: a ``KlutchError`` becomes its message and fix on stderr, exit code 1."""
+    try:
+        app()
+    except KlutchError as error:
+        err.print(f"[red]error:[/red] {error.message}", highlight=False)
+        if error.fix:
+            err.print(f"[yellow]fix:[/yellow] {error.fix}", highlight=False)
+        raise SystemExit(1) from None
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    out.print(__version__)
+
+
+@dev.command()
+def bins() -> None:
+    """Build the stack's Go binaries into the cache (skips what is already there)."""
+    started = time.monotonic()
+    with err.status("checking binaries…") as spinner:
+
+        def on_start(component: str, binary: str) -> None:
+            spinner.update(
+                f"building {binary} ({component}) with go build — a cold build of "
+                "kube-apiserver takes several minutes…"
+            )
+
+        reports = binaries.build_missing(on_start)
+    table = Table("binary", "component", "version", "source", "build time")
+    for r in reports:
+        table.add_row(
+            r.binary,
+            r.component,
+            r.version,
+            r.source,
+            f"{r.seconds:.0f}s" if r.seconds is not None else "—",
+        )
+    out.print(table)
+    out.print(f"binaries ready in {binaries.cache_root()} ({time.monotonic() - started:.0f}s)")
+
+
+@dev.command()
+def up(state_dir: StateDir) -> None:
+    """Start the stack in the background (or report the one already running)."""
+    with err.status("starting the local stack…") as spinner:
+        result = daemon.up(state_dir, on_event=lambda line: spinner.update(line))
+    if result.already_running:
+        out.print(f"[yellow]a local stack is already running[/yellow] in {result.info.state_dir}")
+    else:
+        out.print(f"[green]local stack up[/green] in {result.info.startup_seconds:.1f}s")
+    _print_info(result.info)
+
+
+@dev.command()
+def down(state_dir: StateDir) -> None:
+    """Stop the stack and every process it started."""
+    killed = daemon.down(state_dir)
+    note = f" (killed leftovers: {', '.join(killed)})" if killed else ""
+    out.print(f"local stack in {state_dir} stopped{note}")
+
+
+@dev.command()
+def status(
+    state_dir: StateDir, output: Annotated[Output, typer.Option("-o", "--output")] = Output.text
+) -> None:
+    """Show the stack and its processes; exit 0 running, 1 degraded, 3 not running."""
+    info, components = daemon.status(state_dir)
+    running = [c for c in components if c.pid is not None]
+    code = 3 if info is None else (0 if len(running) == len(components) else 1)
+    if output is Output.json:
+        out.print_json(
+            json.dumps(
+                {
+                    "running": info is not None,
+                    "info": asdict(info) if info else None,
+                    "processes": [asdict(c) for c in components],
+                }
+            )
+        )
+        raise typer.Exit(code)
+    if info is None:
+        out.print(f"no local stack is running in {state_dir}")
+        raise typer.Exit(code)
+    table = Table("process", "pid", "state")
+    for c in components:
+        table.add_row(c.name, str(c.pid or "—"), "running" if c.pid else "[red]not running[/red]")
+    out.print(table)
+    _print_info(info)
+    raise typer.Exit(code)
+
+
+def _print_info(info: StackInfo) -> None:
+    """Plain ``label value`` lines: paths and URLs must survive copy-paste, so never wrap them."""
+    rows = []
+    for name, cluster in info.clusters.items():
+        rows += [(f"{name} cluster", cluster.url), ("  kubeconfig", cluster.kubeconfig)]
+    rows += [
+        ("Dex issuer", info.dex.issuer),
+        ("  CA", info.dex.ca),
+        ("  user", f"{info.dex.email} (groups: {', '.join(info.dex.groups)})"),
+        ("  password", info.dex.password),
+        (
+            "  clients",
+            f"{info.dex.automation_client_id} (confidential), {info.dex.cli_client_id} (public)",
+        ),
+        ("environment", f"source {Path(info.state_dir) / 'stack.env'}"),
+    ]
+    for label, value in rows:
+        out.print(f"{label:<22} {value}", soft_wrap=True, highlight=False)
+    out.print(
+        f"try: kubectl --kubeconfig {info.clusters['app'].kubeconfig} get namespaces",
+        soft_wrap=True,
+        highlight=False,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The embedded local stack: real etcd, kube-apiservers, controller managers and Dex on loopback."""

@@ -1,0 +1,12 @@
+"""Tiers follow folders: tests/unit is marked ``unit``, tests/integration ``integration``."""
+
+from pathlib import Path
+
+import pytest
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = Path(item.fspath).parent.name
+        if tier in ("unit", "integration"):
+            item.add_marker(getattr(pytest.mark, tier))

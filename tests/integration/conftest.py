@@ -1,0 +1,68 @@
+"""The real local stack, started once per test run; each test gets its own namespaces."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from kubernetes import client, config
+
+from klutch_gitops.errors import KlutchError
+from klutch_gitops.localstack import binaries
+from klutch_gitops.localstack.stack import LocalStack, StackInfo
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    try:
+        binaries.require("etcd", "kube-apiserver", "kube-controller-manager", "dex")
+    except KlutchError as error:
+        pytest.fail(f"integration tests need the stack's binaries: {error}", pytrace=False)
+    stack = LocalStack(tmp_path_factory.mktemp("stack"))
+    stack.start()
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture(scope="session")
+def stack(local_stack: LocalStack) -> StackInfo:
+    assert local_stack.info is not None
+    return local_stack.info
+
+
+@pytest.fixture(scope="session")
+def clusters(stack: StackInfo) -> dict[str, client.ApiClient]:
+    """An admin API client per cluster: ``app`` and ``control-plane``."""
+    return {
+        name: config.new_client_from_config(config_file=info.kubeconfig)
+        for name, info in stack.clusters.items()
+    }
+
+
+@dataclass(frozen=True)
+class TwinNamespace:
+    name: str
+    clusters: dict[str, client.ApiClient]
+
+    def core(self, cluster: str) -> client.CoreV1Api:
+        return client.CoreV1Api(self.clusters[cluster])
+
+
+@pytest.fixture
+def namespace(
+    clusters: dict[str, client.ApiClient], request: pytest.FixtureRequest
+) -> Iterator[TwinNamespace]:
+    """A fresh namespace of the same name in both clusters, deleted after the test."""
+    name = f"t-{request.node.name[:40].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:6]}"
+    name = "".join(c for c in name if c.isalnum() or c == "-")
+    for api in clusters.values():
+        client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(
+                metadata=client.V1ObjectMeta(name=name, labels={"klutch-gitops/test": "true"})
+            )
+        )
+    yield TwinNamespace(name, clusters)
+    for api in clusters.values():
+        client.CoreV1Api(api).delete_namespace(name)

@@ -1,0 +1,123 @@
+"""``klutch-gitops dev up/status/down`` as a person runs them, including rude interruptions."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from klutch_gitops.localstack import binaries
+from klutch_gitops.localstack.processes import cmdline, port_open
+from klutch_gitops.localstack.stack import StackInfo, StatePaths
+
+CLI = [sys.executable, "-m", "klutch_gitops.cli"]
+
+
+def klutch(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=400, check=False)
+    if check and result.returncode != 0:
+        pytest.fail(
+            f"klutch-gitops {' '.join(args)} exited {result.returncode}:\n"
+            f"{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+def processes_using(state_dir: Path) -> list[tuple[int, list[str]]]:
+    """Every live process whose command line mentions the state directory."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and entry.name != str(os.getpid()):
+            args = cmdline(int(entry.name))
+            if any(str(state_dir) in arg for arg in args):
+                found.append((int(entry.name), args))
+    return found
+
+
+def eventually_gone(state_dir: Path, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while processes_using(state_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_using(state_dir) == []
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "dev"
+    yield directory
+    klutch("dev", "down", "--state-dir", str(directory), check=False)
+
+
+def test_up_status_second_up_and_down(state_dir: Path) -> None:
+    first = klutch("dev", "up", "--state-dir", str(state_dir))
+    info = StackInfo.load(StatePaths(state_dir).info)
+    for expected in (
+        info.clusters["app"].kubeconfig,
+        info.clusters["control-plane"].kubeconfig,
+        info.dex.issuer,
+        info.dex.email,
+        info.dex.password,
+    ):
+        assert expected in first.stdout
+
+    kubectl = binaries.require("kubectl")["kubectl"]
+    for cluster in info.clusters.values():
+        namespaces = subprocess.run(
+            [str(kubectl), "--kubeconfig", cluster.kubeconfig, "get", "ns", "-o", "name"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert "namespace/kube-system" in namespaces.stdout
+
+    assert klutch("dev", "status", "--state-dir", str(state_dir)).returncode == 0
+    second = klutch("dev", "up", "--state-dir", str(state_dir))
+    assert "already running" in second.stdout
+    assert (
+        StackInfo.load(StatePaths(state_dir).info).clusters["app"].url == info.clusters["app"].url
+    )
+
+    klutch("dev", "down", "--state-dir", str(state_dir))
+    eventually_gone(state_dir)
+    assert [p for p in info.ports if port_open(p)] == []
+    status = klutch("dev", "status", "--state-dir", str(state_dir), check=False)
+    assert status.returncode == 3
+    assert "no local stack is running" in status.stdout
+
+
+def test_sigkill_of_dev_up_midway_then_down_leaves_nothing(state_dir: Path) -> None:
+    up = subprocess.Popen(
+        [*CLI, "dev", "up", "--state-dir", str(state_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    etcd_pid = StatePaths(state_dir).pids / "etcd.pid"
+    deadline = time.monotonic() + 60
+    while not etcd_pid.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert etcd_pid.exists(), "dev up never started etcd"
+    up.send_signal(signal.SIGKILL)
+    up.wait()
+    assert processes_using(state_dir), "the daemon should outlive the CLI that started it"
+
+    down = klutch("dev", "down", "--state-dir", str(state_dir))
+    assert "stopped" in down.stdout
+    eventually_gone(state_dir)
+
+
+def test_sigkill_of_the_daemon_takes_every_process_with_it(state_dir: Path) -> None:
+    klutch("dev", "up", "--state-dir", str(state_dir))
+    info = StackInfo.load(StatePaths(state_dir).info)
+    supervisor = json.loads(StatePaths(state_dir).supervisor_pid.read_text())["pid"]
+    os.kill(supervisor, signal.SIGKILL)
+    eventually_gone(state_dir)
+    assert [p for p in info.ports if port_open(p)] == []
+    # the leftovers are only stale files now; down says so and clears them
+    klutch("dev", "down", "--state-dir", str(state_dir))
+    assert not StatePaths(state_dir).info.exists()
