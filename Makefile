@@ -5,16 +5,25 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 SETUP  := $(VENV)/.setup-done
+# Debian packages the local stack runs: OpenLDAP's slapd, the directory behind Dex.
+DEBIAN_PACKAGES := slapd
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup bins run down status test unit integration lint format clean
+.PHONY: setup debian-packages bins run down status test unit integration lint format clean
 
 $(SETUP): pyproject.toml
+	@test -x /usr/sbin/slapd || $(MAKE) --no-print-directory debian-packages
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
 setup: $(SETUP)
+
+debian-packages:
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		$(DEBIAN_PACKAGES)
 
 bins: setup            ## build kube-apiserver, kube-controller-manager, kubectl, etcd, Dex (cached)
 	$(BIN)/klutch-gitops dev bins
