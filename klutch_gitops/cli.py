@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from klutch_gitops import __version__
@@ -29,8 +30,8 @@ dev = typer.Typer(
 )
 app.add_typer(dev, name="dev")
 
-out = Console()
-err = Console(stderr=True)
+out = Console(soft_wrap=True, highlight=False)  # never break a path a person will copy
+err = Console(stderr=True, soft_wrap=True, highlight=False)
 
 StateDir = Annotated[
     Path,
@@ -53,9 +54,9 @@ def main() -> None:
     try:
         app()
     except KlutchError as error:
-        err.print(f"[red]error:[/red] {error.message}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(error.message)}")
         if error.fix:
-            err.print(f"[yellow]fix:[/yellow] {error.fix}", highlight=False)
+            err.print(f"[yellow]fix:[/yellow] {escape(error.fix)}")
         raise SystemExit(1) from None
 
 
@@ -78,16 +79,10 @@ def bins() -> None:
             )
 
         reports = binaries.build_missing(on_start)
-    table = Table("binary", "component", "version", "source", "build time")
+    out.print(f"{'binary':<24} {'version':<36} {'source':<18} build")
     for r in reports:
-        table.add_row(
-            r.binary,
-            r.component,
-            r.version,
-            r.source,
-            f"{r.seconds:.0f}s" if r.seconds is not None else "—",
-        )
-    out.print(table)
+        took = f"{r.seconds:.0f}s" if r.seconds is not None else "-"
+        out.print(f"{r.binary:<24} {r.version:<36} {r.source:<18} {took}")
     out.print(f"binaries ready in {binaries.cache_root()} ({time.monotonic() - started:.0f}s)")
 
 
@@ -158,12 +153,8 @@ def _print_info(info: StackInfo) -> None:
         ("environment", f"source {Path(info.state_dir) / 'stack.env'}"),
     ]
     for label, value in rows:
-        out.print(f"{label:<22} {value}", soft_wrap=True, highlight=False)
-    out.print(
-        f"try: kubectl --kubeconfig {info.clusters['app'].kubeconfig} get namespaces",
-        soft_wrap=True,
-        highlight=False,
-    )
+        out.print(f"{label:<22} {value}")
+    out.print(f"try: kubectl --kubeconfig {info.clusters['app'].kubeconfig} get namespaces")
 
 
 if __name__ == "__main__":

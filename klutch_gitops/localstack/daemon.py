@@ -22,7 +22,7 @@ from pathlib import Path
 
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.localstack.processes import kill_from_pid_file, read_pid, write_pid_file
-from klutch_gitops.localstack.stack import LocalStack, StackInfo, StatePaths
+from klutch_gitops.localstack.stack import LocalStack, StackInfo, StatePaths, programs
 
 UP_TIMEOUT = 300.0
 DOWN_GRACE = 30.0
@@ -49,6 +49,7 @@ def up(state_dir: Path, on_event: Callable[[str], None] = lambda _: None) -> UpR
             f"a local stack is starting in {paths.root} already",
             "wait for it ('klutch-gitops dev status') or stop it ('klutch-gitops dev down')",
         )
+    programs()  # fail here, in the caller's terminal, rather than in the daemon's log
     down(paths.root)  # clear what a crashed run may have left
     paths.logs.mkdir(parents=True, exist_ok=True)
     log = paths.logs / "supervisor.log"

@@ -151,10 +151,7 @@ class LocalStack:
     def start(self) -> StackInfo:
         """Start everything and wait until it answers; on any failure stop what was started."""
         started = time.monotonic()
-        bins = {
-            **binaries.require("etcd", "kube-apiserver", "kube-controller-manager", "dex"),
-            **ldap.programs(),
-        }
+        bins = programs()
         try:
             self.info = self._start(bins)
         except BaseException:
@@ -402,6 +399,14 @@ class LocalStack:
         self.paths.env.write_text(
             "".join(f"export {k}={shlex.quote(v)}\n" for k, v in info.env().items())
         )
+
+
+def programs() -> dict[str, Path]:
+    """Every program the stack runs, or one error that names what is missing and the fix."""
+    return {
+        **binaries.require("etcd", "kube-apiserver", "kube-controller-manager", "dex"),
+        **ldap.programs(),
+    }
 
 
 def _controller_manager_kubeconfig(pki: Pki, url: str) -> dict:

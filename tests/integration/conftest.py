@@ -10,16 +10,15 @@ import pytest
 from kubernetes import client, config
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.localstack import binaries
-from klutch_gitops.localstack.stack import LocalStack, StackInfo
+from klutch_gitops.localstack.stack import LocalStack, StackInfo, programs
 
 
 @pytest.fixture(scope="session")
 def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     try:
-        binaries.require("etcd", "kube-apiserver", "kube-controller-manager", "dex")
+        programs()
     except KlutchError as error:
-        pytest.fail(f"integration tests need the stack's binaries: {error}", pytrace=False)
+        pytest.fail(f"integration tests need the stack's programs: {error}", pytrace=False)
     stack = LocalStack(tmp_path_factory.mktemp("stack"))
     stack.start()
     yield stack
