@@ -1,0 +1,253 @@
+"""The APIServiceNamespace controller: the Control Plane half of namespace mapping.
+
+A consumer asks for App namespace ``X`` with an APIServiceNamespace ``X`` in its consumer namespace
+``C``; this privileged controller creates namespace ``C-X``, a Role over exactly the APIs exported
+to ``C`` (plus read access to what their permission claims name), binds it to the consumer's
+ServiceAccount ``klutch-binder``, and reports ``status.namespace``. A namespace that already exists
+without this consumer's label belongs to someone else and is never taken over.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+from collections.abc import Iterable
+
+from klutch_gitops.informer import Informer
+from klutch_gitops.kube import NAMESPACES, Kube, KubeError, Resource
+from reconciler.workqueue import WorkQueue, run_workers
+
+log = logging.getLogger(__name__)
+
+GROUP = "klutch.anynines.com"
+API_SERVICE_NAMESPACES = Resource(GROUP, "v1alpha1", "apiservicenamespaces", "APIServiceNamespace")
+API_SERVICE_EXPORTS = Resource(GROUP, "v1alpha1", "apiserviceexports", "APIServiceExport")
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+
+FIELD_MANAGER = "klutch-gitops-bind"
+FINALIZER = "klutch.anynines.com/namespace"
+CONSUMER_LABEL = "klutch.anynines.com/consumer-namespace"
+APP_NAMESPACE_LABEL = "klutch.anynines.com/app-namespace"
+BINDER = "klutch-binder"
+CLAIM_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
+READ_VERBS = ["get", "list", "watch"]
+
+
+def mapped_namespace(consumer: str, app_namespace: str) -> str:
+    """``<consumer>-<app namespace>``, shortened with a stable hash to fit a DNS label (63)."""
+    name = f"{consumer}-{app_namespace}"
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[:54].rstrip('-')}-{digest}"
+
+
+def role_rules(exports: Iterable[dict]) -> list[dict]:
+    """Full rights on each exported resource; read-only on what its permission claims name."""
+    rules = []
+    for export in sorted(exports, key=lambda e: e["metadata"]["name"]):
+        spec = export.get("spec") or {}
+        rules.append(
+            {
+                "apiGroups": [spec.get("group", "")],
+                "resources": [spec.get("names", {}).get("plural", "")],
+                "verbs": CLAIM_VERBS,
+            }
+        )
+        for claim in spec.get("permissionClaims") or []:
+            rules.append(
+                {
+                    "apiGroups": [claim.get("group", "")],
+                    "resources": [claim["resource"]],
+                    "verbs": READ_VERBS,
+                }
+            )
+    return rules
+
+
+def desired_objects(mapping: dict, exports: Iterable[dict]) -> list[tuple[Resource, dict]]:
+    """The namespace, Role and RoleBinding that one APIServiceNamespace asks for."""
+    consumer = mapping["metadata"]["namespace"]
+    app_namespace = mapping["metadata"]["name"]
+    target = mapped_namespace(consumer, app_namespace)
+    labels = {
+        CONSUMER_LABEL: consumer,
+        APP_NAMESPACE_LABEL: app_namespace,
+        "app.kubernetes.io/managed-by": "klutch-gitops",
+    }
+    meta = {"name": BINDER, "namespace": target, "labels": labels}
+    return [
+        (
+            NAMESPACES,
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": target, "labels": labels},
+            },
+        ),
+        (
+            ROLES,
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": meta,
+                "rules": role_rules(exports),
+            },
+        ),
+        (
+            ROLE_BINDINGS,
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": meta,
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": BINDER,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": BINDER, "namespace": consumer}],
+            },
+        ),
+    ]
+
+
+def foreign(namespace: dict | None, consumer: str) -> bool:
+    """Whether an existing namespace belongs to someone other than ``consumer``."""
+    if namespace is None:
+        return False
+    return (namespace["metadata"].get("labels") or {}).get(CONSUMER_LABEL) != consumer
+
+
+class NamespaceController:
+    """Reconciles every APIServiceNamespace on the Control Plane (admin credentials)."""
+
+    def __init__(self, kube: Kube, workers: int = 2) -> None:
+        self.kube = kube
+        self.workers = workers
+        self.queue: WorkQueue[tuple[str, str]] = WorkQueue()
+        self.mappings = Informer(
+            kube, API_SERVICE_NAMESPACES, self._on_mapping, name="apiservicenamespaces"
+        )
+        self.exports = Informer(
+            kube, API_SERVICE_EXPORTS, self._on_export, name="apiserviceexports"
+        )
+
+    def start(self) -> NamespaceController:
+        self.exports.start()
+        self.exports.synced.wait(30)
+        self.mappings.start()
+        run_workers(self.queue, self.reconcile, self.workers, "apiservicenamespace")
+        return self
+
+    def stop(self) -> None:
+        self.mappings.stop()
+        self.exports.stop()
+        self.queue.shutdown()
+
+    def _on_mapping(self, _event: str, obj: dict) -> None:
+        self.queue.add((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+
+    def _on_export(self, _event: str, obj: dict) -> None:
+        consumer = obj["metadata"]["namespace"]
+        for mapping in self.mappings.items():
+            if mapping["metadata"]["namespace"] == consumer:
+                self.queue.add((consumer, mapping["metadata"]["name"]))
+
+    def reconcile(self, key: tuple[str, str]) -> None:
+        consumer, name = key
+        mapping = self.kube.get(API_SERVICE_NAMESPACES, consumer, name)
+        if mapping is None:
+            return
+        target = mapped_namespace(consumer, name)
+        if mapping["metadata"].get("deletionTimestamp"):
+            self._finalize(mapping, target)
+            return
+        if FINALIZER not in (mapping["metadata"].get("finalizers") or []):
+            self.kube.patch(
+                API_SERVICE_NAMESPACES,
+                consumer,
+                name,
+                {
+                    "metadata": {
+                        "finalizers": [*(mapping["metadata"].get("finalizers") or []), FINALIZER]
+                    }
+                },
+            )
+        if foreign(self.kube.get(NAMESPACES, None, target), consumer):
+            log.error(
+                "namespace belongs to another consumer; not taking it over",
+                extra={"consumer": consumer, "namespace": target},
+            )
+            self._report(
+                mapping,
+                None,
+                "NamespaceConflict",
+                f"namespace {target} exists and does not belong to {consumer}",
+            )
+            return
+        exports = [e for e in self.exports.items() if e["metadata"]["namespace"] == consumer]
+        for resource, obj in desired_objects(mapping, exports):
+            self.kube.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
+        self._report(mapping, target, "Mapped", f"App namespace {name} maps to {target}")
+
+    def _report(self, mapping: dict, target: str | None, reason: str, message: str) -> None:
+        meta = mapping["metadata"]
+        status = {"namespace": target} if target else {}
+        status["conditions"] = [
+            {
+                "type": "Ready",
+                "status": "True" if target else "False",
+                "reason": reason,
+                "message": message,
+                "observedGeneration": meta.get("generation", 1),
+                "lastTransitionTime": _now(),
+            }
+        ]
+        if (mapping.get("status") or {}).get("namespace") == target and _same_condition(
+            mapping, status["conditions"][0]
+        ):
+            return
+        self.kube.apply(
+            API_SERVICE_NAMESPACES,
+            {
+                "apiVersion": API_SERVICE_NAMESPACES.api_version,
+                "kind": "APIServiceNamespace",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "status": status,
+            },
+            field_manager=FIELD_MANAGER,
+            force=True,
+            subresource="status",
+        )
+
+    def _finalize(self, mapping: dict, target: str) -> None:
+        """Delete the mapped namespace (with everything in it), then let the mapping go."""
+        consumer = mapping["metadata"]["namespace"]
+        namespace = self.kube.get(NAMESPACES, None, target)
+        if namespace is not None and not foreign(namespace, consumer):
+            self.kube.delete(NAMESPACES, None, target)
+            self.queue.add_after((consumer, mapping["metadata"]["name"]), 1.0)
+            return
+        finalizers = [f for f in mapping["metadata"].get("finalizers") or [] if f != FINALIZER]
+        try:
+            self.kube.patch(
+                API_SERVICE_NAMESPACES,
+                consumer,
+                mapping["metadata"]["name"],
+                {"metadata": {"finalizers": finalizers or None}},
+            )
+        except KubeError as error:
+            if not error.not_found:
+                raise
+
+
+def _same_condition(mapping: dict, condition: dict) -> bool:
+    current = {c.get("type"): c for c in (mapping.get("status") or {}).get("conditions") or []}
+    old = current.get(condition["type"]) or {}
+    return all(old.get(k) == condition[k] for k in ("status", "reason", "message"))
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,363 @@
+"""Git access for the reconciler: a private working clone, status commits, pushes that never force.
+
+Every call runs the real ``git`` through GitPython, with a timeout and without a terminal. Secrets
+stay out of argv, URLs, config files and messages: an https token reaches git through an askpass
+helper that reads it from the child's environment, an ssh key through ``GIT_SSH_COMMAND``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import re
+import shlex
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+from typing import IO, Protocol
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import git
+
+from klutch_gitops.errors import KlutchError
+
+# Username sent with a token when none is given; GitHub and Gitea accept any, GitLab wants one.
+DEFAULT_USERNAME = "x-access-token"
+
+_ASKPASS = """#!/bin/sh
+case "$1" in
+  Username*) printf '%s\\n' "$KLUTCH_GIT_USERNAME" ;;
+  *) printf '%s\\n' "$KLUTCH_GIT_PASSWORD" ;;
+esac
+"""
+_URL_USERINFO = re.compile(r"(https?://)[^/@\s]*@")
+
+
+@functools.cache
+def _askpass() -> Path:
+    """The helper script, written once per process into a private (0700) directory."""
+    directory = Path(tempfile.mkdtemp(prefix="klutch-askpass-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    script = directory / "askpass"
+    script.write_text(_ASKPASS)
+    script.chmod(0o700)
+    return script
+
+
+@dataclass(frozen=True, repr=False)
+class Credentials:
+    """How to authenticate to a remote: a token (https) or a key (ssh)."""
+
+    username: str | None = None
+    password: str | None = None  # a password or token
+    ssh_key_file: Path | None = None
+    known_hosts_file: Path | None = None
+
+    def __repr__(self) -> str:
+        password = None if self.password is None else "***"
+        return (
+            f"Credentials(username={self.username!r}, password={password!r}, "
+            f"ssh_key_file={self.ssh_key_file!r}, known_hosts_file={self.known_hosts_file!r})"
+        )
+
+    def environment(self) -> dict[str, str]:
+        """Variables for a git child process; the secret travels only in its environment."""
+        env: dict[str, str] = {}
+        if self.username is not None or self.password is not None:
+            env |= {
+                "GIT_ASKPASS": str(_askpass()),
+                "KLUTCH_GIT_USERNAME": self.username or DEFAULT_USERNAME,
+                "KLUTCH_GIT_PASSWORD": self.password or "",
+            }
+        if self.ssh_key_file is not None or self.known_hosts_file is not None:
+            ssh = ["ssh", "-o", "BatchMode=yes"]
+            if self.ssh_key_file is not None:
+                ssh += ["-i", str(self.ssh_key_file), "-o", "IdentitiesOnly=yes"]
+            if self.known_hosts_file is not None:
+                ssh += [
+                    "-o",
+                    "StrictHostKeyChecking=yes",
+                    "-o",
+                    f"UserKnownHostsFile={self.known_hosts_file}",
+                ]
+            else:
+                ssh += ["-o", "StrictHostKeyChecking=accept-new"]
+            env["GIT_SSH_COMMAND"] = shlex.join(ssh)
+        return env
+
+    def redact(self, text: str) -> str:
+        """``text`` without the secret and without credentials embedded in http(s) URLs."""
+        text = _URL_USERINFO.sub(r"\1", text)
+        return text.replace(self.password, "***") if self.password else text
+
+
+def _separate(url: str, credentials: Credentials | None) -> tuple[str, Credentials]:
+    """Move ``user:token@`` out of an http(s) URL, so that it never lands in a remote's config."""
+    parts = urlsplit(url)
+    credentials = credentials or Credentials()
+    if parts.scheme not in ("http", "https") or "@" not in parts.netloc:
+        return url, credentials
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, _, password = (unquote(p) for p in userinfo.partition(":"))
+    return urlunsplit(parts._replace(netloc=host)), replace(
+        credentials,
+        username=credentials.username or user or None,
+        password=credentials.password or password or None,
+    )
+
+
+def _git(
+    args: list[str],
+    *,
+    cwd: Path | None,
+    credentials: Credentials,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    stdin: IO[bytes] | None = None,
+) -> tuple[int, str, str]:
+    """Run git once: no prompt, no credential helper that could store our secret, a deadline."""
+    command = ["git", "-c", "credential.helper=", *args]
+    environment = {"GIT_TERMINAL_PROMPT": "0", **credentials.environment(), **(env or {})}
+    status, out, err = git.Git(cwd).execute(
+        command,
+        env=environment,
+        kill_after_timeout=timeout,
+        istream=stdin,
+        with_extended_output=True,
+        with_exceptions=False,
+    )
+    return status, out, credentials.redact(err)
+
+
+def ls_remote(
+    url: str, branch: str, credentials: Credentials | None = None, timeout: float = 30
+) -> str | None:
+    """The commit a remote branch points at, or None when it does not exist: a cheap poll."""
+    url, credentials = _separate(url, credentials)
+    ref = f"refs/heads/{branch}"
+    status, out, err = _git(
+        ["ls-remote", "--", url, ref], cwd=None, credentials=credentials, timeout=timeout
+    )
+    if status != 0:
+        raise KlutchError(
+            f"cannot list {url}: {err.strip()}",
+            fix="check the repository URL, the network and the credentials",
+        )
+    for line in out.splitlines():
+        sha, _, name = line.partition("\t")
+        if name == ref:
+            return sha
+    return None
+
+
+class Author(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def email(self) -> str: ...
+
+
+class Checkout:
+    """A private clone of one branch. The reconciler owns it: nobody else commits in it, so
+    resetting it to the remote at any time loses nothing."""
+
+    def __init__(
+        self, root: Path, url: str, branch: str, credentials: Credentials, timeout: float
+    ) -> None:
+        self.root = root
+        self.url = url  # without credentials
+        self.branch = branch
+        self._credentials = credentials
+        self._timeout = timeout
+
+    @classmethod
+    def open_or_clone(
+        cls,
+        url: str,
+        branch: str,
+        directory: Path,
+        credentials: Credentials | None = None,
+        timeout: float = 120,
+    ) -> Checkout:
+        """Reuse the clone in ``directory`` or make one; either way, end at the remote's head.
+
+        A branch the remote does not have yet (an empty repository, a new status branch) is
+        checked out unborn; the first commit on it becomes a root commit.
+        """
+        url, credentials = _separate(url, credentials)
+        checkout = cls(Path(directory), url, branch, credentials, timeout)
+        dot_git = checkout.root / ".git"
+        if dot_git.is_dir():
+            # A process killed in the middle of a git command leaves its locks behind.
+            for lock in (
+                dot_git / "index.lock",
+                dot_git / "HEAD.lock",
+                *dot_git.glob("refs/**/*.lock"),
+            ):
+                lock.unlink(missing_ok=True)
+            checkout._run("remote", "set-url", "origin", url)
+        elif checkout.root.exists() and any(checkout.root.iterdir()):
+            raise KlutchError(
+                f"{checkout.root} is not empty and not a git clone",
+                fix="remove the directory or point the reconciler at another one",
+            )
+        else:
+            checkout.root.mkdir(parents=True, exist_ok=True)
+            checkout._run("init", "--quiet", "-b", branch)
+            checkout._run("remote", "add", "origin", url)
+        checkout.fetch()
+        return checkout
+
+    @property
+    def head(self) -> str | None:
+        status, out, _ = self._git("rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+        return out.strip() if status == 0 else None
+
+    def fetch(self) -> str | None:
+        """Fetch the branch and reset the work tree to it exactly; return the head."""
+        tracking = f"refs/remotes/origin/{self.branch}"
+        status, _, err = self._git(
+            "fetch", "--quiet", "--no-tags", "origin", f"+refs/heads/{self.branch}:{tracking}"
+        )
+        if status == 0:
+            self._run("checkout", "--quiet", "--force", "-B", self.branch, tracking)
+        elif "couldn't find remote ref" in err:
+            self._run("update-ref", "-d", tracking)
+            self._run("symbolic-ref", "HEAD", f"refs/heads/{self.branch}")
+            self._run("update-ref", "-d", f"refs/heads/{self.branch}")
+            self._run("read-tree", "--empty")
+        else:
+            raise self._error("fetch", err)
+        self._run("clean", "-ffdxq")
+        return self.head
+
+    def commit_files(
+        self, changes: Mapping[str, bytes | None], message: str, author: Author
+    ) -> str | None:
+        """Write (bytes) or delete (None) repository-relative files and commit them on HEAD.
+
+        Returns the new commit, or None when the tree did not change. Plumbing commands keep
+        hooks, signing and the user's git config out of the reconciler's commits.
+        """
+        for path, content in changes.items():
+            target = self._target(path, deleting=content is None)
+            if content is None:
+                target.unlink(missing_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+        if changes:
+            with tempfile.TemporaryFile() as paths:
+                paths.write(b"".join(p.encode() + b"\0" for p in changes))
+                paths.seek(0)
+                self._run("update-index", "--add", "--remove", "-z", "--stdin", stdin=paths)
+        tree = self._run("write-tree").strip()
+        parent = self.head
+        if parent is None and not self._run("ls-files").strip():
+            return None
+        if parent is not None and tree == self._run("rev-parse", f"{parent}^{{tree}}").strip():
+            return None
+        who = {
+            "GIT_AUTHOR_NAME": author.name,
+            "GIT_AUTHOR_EMAIL": author.email,
+            "GIT_COMMITTER_NAME": author.name,
+            "GIT_COMMITTER_EMAIL": author.email,
+        }
+        sha = self._run(
+            "commit-tree",
+            "--no-gpg-sign",
+            tree,
+            *(["-p", parent] if parent else []),
+            "-m",
+            message,
+            env=who,
+        ).strip()
+        self._run("update-ref", "-m", "klutch-gitops: commit", "HEAD", sha, parent or "")
+        return sha
+
+    def push(self) -> bool:
+        """Push HEAD to the branch, never forced. False when the remote moved on meanwhile."""
+        head = self.head
+        if head is None:
+            raise KlutchError(f"nothing to push to {self.url} {self.branch}")
+        status, out, err = self._git(
+            "push", "--porcelain", "origin", f"{head}:refs/heads/{self.branch}"
+        )
+        if status == 0:
+            return True
+        if any(line.startswith("!") and "[rejected]" in line for line in out.splitlines()):
+            return False
+        raise self._error("push", f"{err}\n{out}".strip())
+
+    def newest_commit(self, *, excluding: str) -> str | None:
+        """The newest first-parent ancestor of HEAD (itself included) whose message has no line
+        matching the regular expression ``excluding``."""
+        if self.head is None:
+            return None
+        out = self._run(
+            "log",
+            "--first-parent",
+            "-1",
+            "--format=%H",
+            "--invert-grep",
+            f"--grep={excluding}",
+            "HEAD",
+            "--",
+        )
+        return out.strip() or None
+
+    def trailers(self, sha: str) -> dict[str, list[str]]:
+        """The git trailers (``Key: value`` lines ending the message) of a commit."""
+        out = self._run("log", "-1", "--format=%(trailers:only,unfold)", sha, "--")
+        trailers: dict[str, list[str]] = {}
+        for line in out.splitlines():
+            key, sep, value = line.partition(":")
+            if sep:
+                trailers.setdefault(key.strip(), []).append(value.strip())
+        return trailers
+
+    def _target(self, path: str, *, deleting: bool) -> Path:
+        """The file for a repository-relative path; never outside the work tree or in .git."""
+        parts = PurePosixPath(path).parts
+        if not parts or PurePosixPath(path).is_absolute() or {".", "..", ".git"} & set(parts):
+            raise ValueError(f"not a repository-relative file path: {path!r}")
+        target = self.root.joinpath(*parts)
+        # A symlink committed by someone could point anywhere; never write through one.
+        checked = [target.parents[i] for i in range(len(parts) - 1)]
+        if any(p.is_symlink() for p in [*checked, *([] if deleting else [target])]):
+            raise KlutchError(
+                f"refusing to write {path} in {self.url}: the path has a symlink",
+                fix="replace the symlink in the repository with a directory or file",
+            )
+        return target
+
+    def _git(
+        self, *args: str, env: Mapping[str, str] | None = None, stdin: IO[bytes] | None = None
+    ) -> tuple[int, str, str]:
+        return _git(
+            list(args),
+            cwd=self.root,
+            credentials=self._credentials,
+            timeout=self._timeout,
+            env=env,
+            stdin=stdin,
+        )
+
+    def _run(
+        self, *args: str, env: Mapping[str, str] | None = None, stdin: IO[bytes] | None = None
+    ) -> str:
+        status, out, err = self._git(*args, env=env, stdin=stdin)
+        if status != 0:
+            raise self._error(args[0], err)
+        return out
+
+    def _error(self, command: str, err: str) -> KlutchError:
+        return KlutchError(
+            f"git {command} failed for {self.url} ({self.branch}) in {self.root}: "
+            f"{self._credentials.redact(err).strip()}",
+            fix="check the repository URL, the credentials and the network; "
+            "deleting the working clone is safe, it is made again",
+        )

@@ -1,0 +1,259 @@
+"""A thin REST layer over the Kubernetes API: apply, get, list, delete, watch.
+
+The reconciler knows every resource's group, version and plural from the APIServiceExports, so it
+builds paths directly instead of paying the dynamic client's discovery round-trips (and its stale
+cache when CRDs appear at run time). Authentication comes from the official client's kubeconfig
+handling.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+FIELD_MANAGER = "klutch-gitops"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A REST resource: where objects of one kind live."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str = ""
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace)}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{quote(name)}"
+        if subresource:
+            base += f"/{subresource}"
+        return base
+
+
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+SECRETS = Resource("", "v1", "secrets", "Secret")
+EVENTS = Resource("", "v1", "events", "Event")
+CRDS = Resource(
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    namespaced=False,
+)
+ROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+
+
+class KubeError(Exception):
+    """An API error with the server's reason and message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @classmethod
+    def of(cls, error: ApiException) -> KubeError:
+        try:
+            body = json.loads(error.body or "{}")
+        except ValueError:
+            body = {}
+        return cls(
+            error.status or 0,
+            body.get("reason") or str(error.reason or ""),
+            body.get("message") or str(error.body or error.reason or ""),
+        )
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+def api_client(
+    kubeconfig: Path | str | Mapping[str, Any], context: str | None = None
+) -> client.ApiClient:
+    """An ApiClient from a kubeconfig file path, kubeconfig YAML text, or a parsed kubeconfig."""
+    if isinstance(kubeconfig, Path):
+        return config.new_client_from_config(config_file=str(kubeconfig), context=context)
+    loaded = yaml.safe_load(kubeconfig) if isinstance(kubeconfig, str) else dict(kubeconfig)
+    return config.new_client_from_config_dict(loaded, context=context)
+
+
+class Kube:
+    """Calls against one cluster with one identity."""
+
+    def __init__(self, api: client.ApiClient, timeout: float = 30.0) -> None:
+        self.api = api
+        self.timeout = timeout
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        stream: bool = False,
+        timeout: float | None = None,
+    ) -> Any:
+        try:
+            response = self.api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                body=body,
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout or self.timeout,
+            )[0]
+        except ApiException as error:
+            raise KubeError.of(error) from None
+        if stream:
+            return response
+        data = response.data
+        return json.loads(data) if data else {}
+
+    def get(self, resource: Resource, namespace: str | None, name: str) -> dict | None:
+        try:
+            return self._call("GET", resource.path(namespace, name))
+        except KubeError as error:
+            if error.not_found:
+                return None
+            raise
+
+    def list(
+        self, resource: Resource, namespace: str | None = None, label_selector: str | None = None
+    ) -> tuple[list[dict], str]:
+        """The objects and the list's resourceVersion, to start a watch from."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        result = self._call("GET", resource.path(namespace), query=query)
+        return result.get("items") or [], result["metadata"].get("resourceVersion", "")
+
+    def apply(
+        self,
+        resource: Resource,
+        obj: Mapping[str, Any],
+        *,
+        field_manager: str = FIELD_MANAGER,
+        force: bool = False,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> dict:
+        """Server-side apply. Without ``force`` a field owned by another manager is a 409."""
+        meta = obj["metadata"]
+        query = [("fieldManager", field_manager), ("force", "true" if force else "false")]
+        if dry_run:
+            query.append(("dryRun", "All"))
+        return self._call(
+            "PATCH",
+            resource.path(meta.get("namespace"), meta["name"], subresource),
+            query=query,
+            body=json.dumps(obj),
+            content_type="application/apply-patch+yaml",
+        )
+
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: Mapping[str, Any],
+        subresource: str | None = None,
+    ) -> dict:
+        """A JSON merge patch (for finalizers and status written by a non-owner)."""
+        return self._call(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            body=json.dumps(patch),
+            content_type="application/merge-patch+json",
+        )
+
+    def delete(
+        self, resource: Resource, namespace: str | None, name: str, propagation: str = "Background"
+    ) -> bool:
+        """Delete; False when it was already gone."""
+        try:
+            self._call(
+                "DELETE",
+                resource.path(namespace, name),
+                body=json.dumps({"propagationPolicy": propagation}),
+            )
+        except KubeError as error:
+            if error.not_found:
+                return False
+            raise
+        return True
+
+    def create(self, resource: Resource, obj: Mapping[str, Any]) -> dict:
+        return self._call(
+            "POST", resource.path(obj["metadata"].get("namespace")), body=json.dumps(obj)
+        )
+
+    def watch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        resource_version: str,
+        label_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> Iterator[tuple[str, dict]]:
+        """Events from ``resource_version`` on; ends when the server closes the watch.
+
+        A ``410 Gone`` (history compacted) surfaces as KubeError(410): relist and watch again.
+        """
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        response = self._call(
+            "GET", resource.path(namespace), query=query, stream=True, timeout=timeout_seconds + 30
+        )
+        try:
+            buffer = b""
+            for chunk in response.stream(amt=65536, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":
+                        status = event["object"]
+                        raise KubeError(
+                            status.get("code", 0),
+                            status.get("reason", ""),
+                            status.get("message", ""),
+                        )
+                    yield event["type"], event["object"]
+        finally:
+            response.release_conn()

@@ -1,0 +1,228 @@
+"""What notices that a repository moved when no webhook tells us: polling and file watching.
+
+Both only call ``on_change(key)``; fetching and applying is the work queue's job. Polling asks the
+remote for one ref (``git ls-remote``, klutch_gitops.git), which is cheap and needs no clone; local
+``file://`` remotes are watched through the file system instead, so a push shows at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+import watchfiles
+
+from klutch_gitops.errors import KlutchError
+from klutch_gitops.urls import redact
+
+K = TypeVar("K", bound=Hashable)
+
+log = logging.getLogger(__name__)
+
+JITTER = 0.1  # poll rounds are spread by this fraction, so many reconcilers do not beat in step
+RETRY_DELAY = 5.0  # seconds before a failed file watch starts again
+_UNSEEN = object()  # no observation yet: the first one always counts as a change
+
+
+@dataclass(frozen=True)
+class _Remote:
+    url: str
+    branch: str
+
+
+class Poller(Generic[K]):
+    """Runs ``ls_remote`` for every watched repository each interval, in one thread.
+
+    ``on_change(key)`` is called when a branch's commit differs from the one seen last, and for
+    the first observation, so a repository is synchronised once when it starts being watched.
+    """
+
+    def __init__(
+        self,
+        interval: float,
+        ls_remote: Callable[[str, str], str | None],
+        on_change: Callable[[K], None],
+    ) -> None:
+        self._interval = interval
+        self._ls_remote = ls_remote
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._remotes: dict[K, _Remote] = {}
+        self._seen: dict[K, object] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, key: K, url: str, branch: str) -> None:
+        """Follow ``branch`` at ``url``; a changed URL or branch counts as unseen."""
+        remote = _Remote(url, branch)
+        with self._lock:
+            if self._remotes.get(key) != remote:
+                self._remotes[key] = remote
+                self._seen[key] = _UNSEEN
+
+    def unwatch(self, key: K) -> None:
+        with self._lock:
+            self._remotes.pop(key, None)
+            self._seen.pop(key, None)
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="git-poller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after the ``ls-remote`` in flight, if any; no further repository is asked."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._poll_round()
+            spread = 1.0 + JITTER * (2.0 * random.random() - 1.0)  # noqa: S311 - not secrecy
+            self._stop.wait(self._interval * spread)
+
+    def _poll_round(self) -> None:
+        with self._lock:
+            remotes = list(self._remotes.items())
+        for key, remote in remotes:
+            if self._stop.is_set():
+                return
+            try:
+                sha = self._ls_remote(remote.url, remote.branch)
+            except Exception as error:
+                log.warning(
+                    "polling %s failed: %s",
+                    redact(remote.url),
+                    redact(str(error)),
+                    extra={"key": str(key), "url": redact(remote.url), "branch": remote.branch},
+                )
+                continue
+            with self._lock:
+                if self._remotes.get(key) != remote or self._seen.get(key) == sha:
+                    continue  # unwatched or re-pointed meanwhile, or unchanged
+                self._seen[key] = sha
+            log.info(
+                "%s %s moved to %s",
+                redact(remote.url),
+                remote.branch,
+                sha,
+                extra={"key": str(key), "url": redact(remote.url), "branch": remote.branch},
+            )
+            _notify(self._on_change, key)
+
+
+def _git_dir(repository: Path) -> Path:
+    """The directory holding ``refs/`` for a bare repository or a working tree's ``.git``."""
+    if (repository / ".git").is_dir():
+        return (repository / ".git").resolve()
+    if (repository / "HEAD").is_file() and (repository / "refs").is_dir():
+        return repository.resolve()
+    raise KlutchError(
+        f"{repository} is not a Git repository (no .git directory, no bare refs/ and HEAD)",
+        "point the file:// URL at a bare repository or a clone's top directory",
+    )
+
+
+class FileWatcher(Generic[K]):
+    """Watches the refs of local repositories in one thread, calling ``on_change(key)``.
+
+    Git writes a ref as ``<ref>.lock`` and renames it into place; ``packed-refs`` is replaced the
+    same way, which ends a watch on that file, so the watch loop restarts after such a change, as
+    it does when repositories are added or removed. Changes during a restart are not seen.
+    """
+
+    def __init__(self, on_change: Callable[[K], None], *, debounce: float = 0.2) -> None:
+        self._on_change = on_change
+        self._debounce_ms = max(1, round(debounce * 1000))
+        self._lock = threading.Lock()
+        self._dirs: dict[K, Path] = {}
+        self._stop = threading.Event()
+        self._restart = threading.Event()  # ends the current watchfiles loop
+        self._thread: threading.Thread | None = None
+
+    def watch(self, key: K, repository: Path | str) -> None:
+        directory = _git_dir(Path(repository))
+        with self._lock:
+            self._dirs[key] = directory
+        self._restart.set()
+
+    def unwatch(self, key: K) -> None:
+        with self._lock:
+            self._dirs.pop(key, None)
+        self._restart.set()
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="git-file-watcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._restart.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            self._restart.clear()  # before looking at _stop, so a stop() now is not lost
+            if self._stop.is_set():
+                return
+            with self._lock:
+                dirs = dict(self._dirs)
+            paths = _watched_paths(dirs.values())
+            if not paths:
+                self._restart.wait()
+                continue
+            try:
+                self._watch(dirs, paths)
+            except Exception:
+                log.exception("watching local repositories failed; retrying")
+                self._restart.wait(RETRY_DELAY)  # or sooner, when the set of repositories changes
+
+    def _watch(self, dirs: dict[K, Path], paths: list[Path]) -> None:
+        for changes in watchfiles.watch(
+            *paths,
+            watch_filter=_is_ref_change,
+            debounce=self._debounce_ms,
+            stop_event=self._restart,
+        ):
+            changed = {Path(path) for _, path in changes}
+            for key, directory in dirs.items():
+                if any(path.is_relative_to(directory) for path in changed):
+                    log.info("refs of %s changed", directory, extra={"key": str(key)})
+                    _notify(self._on_change, key)
+            replaced = any(path.name == "packed-refs" for path in changed)
+            if replaced or _watched_paths(dirs.values()) != paths:
+                return  # watch again: the old packed-refs is gone, or packed-refs appeared
+
+
+def _watched_paths(dirs: Iterable[Path]) -> list[Path]:
+    paths: list[Path] = []
+    for directory in dict.fromkeys(dirs):
+        paths.append(directory / "refs")
+        if (directory / "packed-refs").exists():
+            paths.append(directory / "packed-refs")
+    return paths
+
+
+def _is_ref_change(_: watchfiles.Change, path: str) -> bool:
+    return not path.endswith(".lock")
+
+
+def _notify(on_change: Callable[[K], None], key: K) -> None:
+    try:
+        on_change(key)
+    except Exception:
+        log.exception("on_change failed for %s", key, extra={"key": str(key)})

@@ -1,0 +1,112 @@
+"""The config file: every problem reported at once, with field and fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from klutch_gitops.config import SecretRef, from_repository_binding, parse_config
+from klutch_gitops.errors import KlutchError
+
+GOOD = """
+controlPlane: {kubeconfig: cp.kubeconfig}
+pollInterval: 10s
+batchWindow: 500ms
+repositories:
+  - name: team-a
+    url: file:///srv/team-a.git
+    path: claims
+    consumerNamespace: cluster-abc
+    appNamespaces: [team-a]
+    appCluster: {kubeconfig: /etc/app.kubeconfig}
+    controlPlane: {kubeconfigSecretRef: {namespace: cluster-abc, name: binder}}
+    webhookSecret: {env: TEAM_A_WEBHOOK}
+    writeBack: {mode: files, author: {name: Bot, email: bot@example.com}}
+"""
+
+
+def test_a_good_config(tmp_path: Path) -> None:
+    config = parse_config(GOOD, "c.yaml", tmp_path)
+    assert config.control_plane_kubeconfig == tmp_path / "cp.kubeconfig"
+    assert (config.poll_interval, config.batch_window) == (10.0, 0.5)
+    [repo] = config.repositories
+    assert (repo.branch, repo.path) == ("main", "claims")
+    assert repo.app_kubeconfig == SecretRef(file=Path("/etc/app.kubeconfig"))
+    assert repo.control_plane_kubeconfig == SecretRef(
+        namespace="cluster-abc", name="binder", key="kubeconfig"
+    )
+    assert repo.webhook_secret == SecretRef(env="TEAM_A_WEBHOOK")
+    assert repo.write_back.mode == "files"
+    assert repo.write_back.author is not None
+    assert repo.write_back.author.email == "bot@example.com"
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    bad = """
+controlPlane: {}
+colour: blue
+workers: 0
+repositories:
+  - name: Team_A
+    url: ftp://example.com/x
+    path: ../outside
+    consumerNamespace: cluster-abc
+    appNamespaces: []
+    appCluster: {kubeconfig: a}
+    controlPlane: {kubeconfig: b}
+    writeBack: {mode: sometimes}
+    pollInterval: soon
+"""
+    with pytest.raises(KlutchError) as raised:
+        parse_config(bad, "bad.yaml", tmp_path)
+    text = str(raised.value)
+    for expected in (
+        "controlPlane: needs kubeconfig",
+        "colour: unknown field",
+        "workers: 0 is not a number",
+        "repositories[0].name: 'Team_A' is not valid",
+        "repositories[0].url: 'ftp://example.com/x' is not valid",
+        "repositories[0].path: '../outside' leaves the repository",
+        "repositories[0].appNamespaces: must be a non-empty list",
+        "repositories[0].writeBack.mode: 'sometimes' is not a write-back mode",
+        "repositories[0].pollInterval: 'soon' is not valid",
+    ):
+        assert expected in text, expected
+    assert text.startswith("bad.yaml: 9 problem(s)")
+
+
+def test_duplicate_names_and_bad_yaml(tmp_path: Path) -> None:
+    repo = GOOD.split("repositories:\n")[1]
+    with pytest.raises(KlutchError, match="used more than once"):
+        parse_config(GOOD + repo, "c.yaml", tmp_path)
+    with pytest.raises(KlutchError, match="not valid YAML"):
+        parse_config("repositories: [", "c.yaml", tmp_path)
+
+
+def test_repository_binding_becomes_a_registration() -> None:
+    spec = from_repository_binding(
+        {
+            "metadata": {"name": "orders", "namespace": "cluster-abc"},
+            "spec": {
+                "url": "https://git.example/team/orders.git",
+                "branch": "main",
+                "path": ".",
+                "appNamespaces": ["orders"],
+                "appCluster": {"kubeconfigSecretRef": {"name": "app", "key": "kubeconfig"}},
+                "controlPlane": {"kubeconfigSecretRef": {"name": "binder"}},
+                "credentialsSecretRef": {"name": "git"},
+                "webhookSecretRef": {"name": "hook", "key": "token"},
+                "writeBack": {"mode": "branch", "branch": "status"},
+            },
+        }
+    )
+    assert spec.name == "cluster-abc.orders"
+    assert spec.consumer_namespace == "cluster-abc"
+    assert spec.app_kubeconfig == SecretRef(namespace="cluster-abc", name="app", key="kubeconfig")
+    assert spec.control_plane_kubeconfig.key == "kubeconfig"
+    assert spec.credentials is not None
+    assert spec.credentials.secret.name == "git"
+    assert spec.webhook_secret == SecretRef(namespace="cluster-abc", name="hook", key="token")
+    assert (spec.write_back.mode, spec.write_back.branch) == ("branch", "status")
+    assert spec.source == "RepositoryBinding cluster-abc/orders"

@@ -1,0 +1,127 @@
+"""The sync stages' pure decisions."""
+
+from __future__ import annotations
+
+from klutch_gitops.manifests import Claim, Identity, Location
+from reconciler import objects
+
+
+def make_claim(plan: str = "postgresql-single-nano", **meta: object) -> Claim:
+    body = {
+        "apiVersion": "anynines.com/v1",
+        "kind": "PostgresqlInstance",
+        "metadata": {"name": "db", "namespace": "team", **meta},
+        "spec": {"service": "a9s-postgresql13", "plan": plan},
+    }
+    return Claim(Identity.of(body), "anynines.com/v1", body, Location("claims/db.yaml", 0, 1))
+
+
+def test_app_object_records_origin_and_holds_the_finalizer() -> None:
+    body = objects.app_object(make_claim(), "team-repo", "claims", "c1", None)
+    meta = body["metadata"]
+    assert meta["labels"][objects.REPOSITORY_LABEL] == "team-repo"
+    assert meta["annotations"][objects.COMMIT_ANNOTATION] == "c1"
+    assert meta["annotations"][objects.FILE_ANNOTATION] == "claims/db.yaml"
+    assert meta["finalizers"] == [objects.FINALIZER]
+
+
+def test_commit_annotation_moves_only_when_the_claim_changes() -> None:
+    first = objects.app_object(make_claim(), "r", "claims", "c1", None)
+    same = objects.app_object(make_claim(), "r", "claims", "c2-status-only", first)
+    assert same["metadata"]["annotations"][objects.COMMIT_ANNOTATION] == "c1"
+    changed = objects.app_object(
+        make_claim(plan="postgresql-single-small"), "r", "claims", "c3", first
+    )
+    assert changed["metadata"]["annotations"][objects.COMMIT_ANNOTATION] == "c3"
+
+
+def test_control_plane_copy_drops_foreign_bookkeeping() -> None:
+    claim = make_claim(
+        labels={"team": "a", "argocd.argoproj.io/instance": "x"},
+        annotations={
+            "kubectl.kubernetes.io/last-applied-configuration": "{}",
+            "note": "keep",
+            "kustomize.toolkit.fluxcd.io/name": "k",
+            objects.DELETION_PROTECTION: "true",
+        },
+    )
+    copy = objects.control_plane_object(claim, "cluster-x-team")
+    assert copy["metadata"] == {
+        "name": "db",
+        "namespace": "cluster-x-team",
+        "labels": {"team": "a"},
+        "annotations": {"note": "keep", objects.BOUND_ANNOTATION: "true"},
+    }
+    assert copy["spec"] == claim.body["spec"]
+
+
+def test_needs_apply_ignores_server_defaults_but_sees_changes() -> None:
+    desired = {"metadata": {"name": "db"}, "spec": {"plan": "a", "list": [1, 2]}}
+    live = {
+        "metadata": {"name": "db", "uid": "u"},
+        "spec": {"plan": "a", "list": [1, 2], "expose": "Internal"},
+    }
+    assert not objects.needs_apply(desired, live)
+    assert objects.needs_apply(desired, {**live, "spec": {**live["spec"], "plan": "b"}})
+    assert objects.needs_apply(desired, {**live, "spec": {**live["spec"], "list": [1]}})
+    assert objects.needs_apply(desired, None)
+    deleting = {**live, "metadata": {**live["metadata"], "deletionTimestamp": "now"}}
+    assert not objects.needs_apply(desired, deleting)
+
+
+def test_status_object_copies_only_when_different() -> None:
+    live = {
+        "apiVersion": "anynines.com/v1",
+        "kind": "PostgresqlInstance",
+        "metadata": {"name": "db", "namespace": "team"},
+        "status": {"a": 1},
+    }
+    assert objects.status_object(live, {"status": {"a": 1}}) is None
+    assert objects.status_object(live, {}) is None
+    patch = objects.status_object(live, {"status": {"a": 2}})
+    assert patch["status"] == {"a": 2}
+    assert patch["metadata"] == {"name": "db", "namespace": "team"}
+
+
+def test_credential_secret_names() -> None:
+    assert objects.credential_secret_names(make_claim().body) == set()
+    binding = {
+        "kind": "ServiceBinding",
+        "metadata": {"name": "b"},
+        "spec": {"writeConnectionSecretToRef": {"name": "conn"}},
+    }
+    assert objects.credential_secret_names(binding) == {"b-creds", "conn"}
+
+
+def test_secret_copy_is_owned_by_the_claim_and_marked_provider_owned() -> None:
+    upstream = {
+        "metadata": {"name": "db-conn", "namespace": "cp"},
+        "type": "Opaque",
+        "data": {"password": "cA=="},
+    }
+    owner = {
+        "apiVersion": "anynines.com/v1",
+        "kind": "PostgresqlInstance",
+        "metadata": {"name": "db", "uid": "u-1"},
+    }
+    copy = objects.secret_copy(upstream, "team", "repo", owner)
+    assert copy["metadata"]["namespace"] == "team"
+    assert copy["metadata"]["annotations"] == {objects.RESOURCE_OWNER: "Provider"}
+    assert copy["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert copy["data"] == {"password": "cA=="}
+
+
+def test_prune_skips_desired_and_deleting_objects() -> None:
+    keep = make_claim().body
+    gone = {**keep, "metadata": {**keep["metadata"], "name": "old"}}
+    deleting = {**keep, "metadata": {**keep["metadata"], "name": "going", "deletionTimestamp": "t"}}
+    assert objects.to_prune([keep, gone, deleting], {Identity.of(keep)}) == [gone]
+
+
+def test_never_take_over_a_foreign_crd() -> None:
+    assert objects.owns_crd(None)
+    assert objects.owns_crd(
+        {"metadata": {"labels": {"app.kubernetes.io/managed-by": "klutch-gitops"}}}
+    )
+    assert not objects.owns_crd({"metadata": {"labels": {"app.kubernetes.io/managed-by": "helm"}}})
+    assert not objects.owns_crd({"metadata": {}})

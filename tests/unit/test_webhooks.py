@@ -1,0 +1,366 @@
+import hashlib
+import hmac
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from reconciler.webhooks import MAX_BODY, PushEvent, WebhookError, parse_push, webhook_router
+
+SECRET = b"s3cret-webhook-key"
+OTHER_SECRET = b"rotated-key"
+AFTER = "a" * 40
+ZERO = "0" * 40
+
+REGISTERED = {
+    "github.com/org/claims": [OTHER_SECRET, SECRET],
+    "gitlab.example.com/platform/team/claims": [SECRET],
+    "gitea.example.com/org/claims": [SECRET],
+}
+
+
+def secret_for(urls: frozenset[str]) -> Sequence[bytes]:
+    return [secret for url in sorted(urls) for secret in REGISTERED.get(url, [])]
+
+
+# Payloads trimmed from the providers' documented examples, keeping their shape.
+def github_push(ref: str = "refs/heads/main", after: str = AFTER, **extra: Any) -> dict[str, Any]:
+    return {
+        "ref": ref,
+        "before": "b" * 40,
+        "after": after,
+        "created": False,
+        "deleted": False,
+        "forced": False,
+        "base_ref": None,
+        "compare": "https://github.com/org/claims/compare/bbbbbbbbbbbb...aaaaaaaaaaaa",
+        "commits": [{"id": after, "message": "Add a PostgresqlInstance", "distinct": True}],
+        "head_commit": {"id": after},
+        "repository": {
+            "id": 35129377,
+            "name": "claims",
+            "full_name": "org/claims",
+            "private": True,
+            "html_url": "https://github.com/org/claims",
+            "git_url": "git://github.com/org/claims.git",
+            "ssh_url": "git@github.com:org/claims.git",
+            "clone_url": "https://github.com/org/claims.git",
+            "default_branch": "main",
+        },
+        "pusher": {"name": "someone", "email": "someone@example.com"},
+        "sender": {"login": "someone", "id": 1},
+        **extra,
+    }
+
+
+def gitlab_push(ref: str = "refs/heads/main", after: str = AFTER) -> dict[str, Any]:
+    return {
+        "object_kind": "push",
+        "event_name": "push",
+        "before": "b" * 40,
+        "after": after,
+        "ref": ref,
+        "ref_protected": True,
+        "checkout_sha": None if after == ZERO else after,
+        "user_username": "someone",
+        "project_id": 15,
+        "project": {
+            "id": 15,
+            "name": "claims",
+            "web_url": "https://gitlab.example.com/platform/team/claims",
+            "git_ssh_url": "git@gitlab.example.com:platform/team/claims.git",
+            "git_http_url": "https://gitlab.example.com/platform/team/claims.git",
+            "namespace": "team",
+            "path_with_namespace": "platform/team/claims",
+            "default_branch": "main",
+        },
+        "commits": [{"id": after, "message": "Add a PostgresqlInstance"}],
+        "total_commits_count": 1,
+        "repository": {"name": "claims", "url": "git@gitlab.example.com:platform/team/claims.git"},
+    }
+
+
+def gitea_push(ref: str = "refs/heads/main", after: str = AFTER) -> dict[str, Any]:
+    return {
+        "ref": ref,
+        "before": "b" * 40,
+        "after": after,
+        "compare_url": "https://gitea.example.com/org/claims/compare/bbbb...aaaa",
+        "commits": [{"id": after, "message": "Add a PostgresqlInstance\n"}],
+        "total_commits": 1,
+        "head_commit": {"id": after},
+        "repository": {
+            "id": 1,
+            "owner": {"login": "org"},
+            "name": "claims",
+            "full_name": "org/claims",
+            "private": False,
+            "html_url": "https://gitea.example.com/org/claims",
+            "ssh_url": "git@gitea.example.com:org/claims.git",
+            "clone_url": "https://gitea.example.com/org/claims.git",
+            "default_branch": "main",
+        },
+        "pusher": {"login": "someone"},
+        "sender": {"login": "someone"},
+    }
+
+
+def github_headers(body: bytes, event: str = "push", secret: bytes = SECRET) -> dict[str, str]:
+    signature = hmac.new(secret, body, hashlib.sha256).hexdigest()
+    return {
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+        "X-Hub-Signature-256": f"sha256={signature}",
+        "Content-Type": "application/json",
+    }
+
+
+def gitlab_headers(body: bytes, event: str = "Push Hook", secret: bytes = SECRET) -> dict[str, str]:
+    return {
+        "X-Gitlab-Event": event,
+        "X-Gitlab-Token": secret.decode(),
+        "Content-Type": "application/json",
+    }
+
+
+def gitea_headers(body: bytes, event: str = "push", secret: bytes = SECRET) -> dict[str, str]:
+    return {
+        "X-Gitea-Event": event,
+        "X-Gitea-Signature": hmac.new(secret, body, hashlib.sha256).hexdigest(),
+        "Content-Type": "application/json",
+    }
+
+
+Headers = Callable[..., dict[str, str]]
+PROVIDERS: dict[str, tuple[Callable[..., dict[str, Any]], Headers, str, str]] = {
+    # provider: payload, headers, the header carrying the secret, a non-push event
+    "github": (github_push, github_headers, "X-Hub-Signature-256", "ping"),
+    "gitlab": (gitlab_push, gitlab_headers, "X-Gitlab-Token", "Merge Request Hook"),
+    "gitea": (gitea_push, gitea_headers, "X-Gitea-Signature", "create"),
+}
+EXPECTED_URLS = {
+    "github": frozenset({"github.com/org/claims"}),
+    "gitlab": frozenset({"gitlab.example.com/platform/team/claims"}),
+    "gitea": frozenset({"gitea.example.com/org/claims"}),
+}
+
+
+def encode(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload).encode()
+
+
+@pytest.fixture
+def pushes() -> list[PushEvent]:
+    return []
+
+
+@pytest.fixture
+def client(pushes: list[PushEvent]) -> Iterator[TestClient]:
+    def on_push(event: PushEvent) -> int:
+        pushes.append(event)
+        return 2
+
+    app = FastAPI()
+    app.include_router(webhook_router(secret_for, on_push))
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+@pytest.fixture(params=sorted(PROVIDERS))
+def provider(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def refusal(provider: str, headers: dict[str, str], body: bytes) -> WebhookError:
+    with pytest.raises(WebhookError) as raised:
+        parse_push(provider, headers, body, secret_for)
+    return raised.value
+
+
+def test_valid_push(provider: str, client: TestClient, pushes: list[PushEvent]) -> None:
+    payload, headers, _, _ = PROVIDERS[provider]
+    body = encode(payload(ref="refs/heads/feature/x"))
+    expected = PushEvent(provider, EXPECTED_URLS[provider], "feature/x", AFTER)
+
+    assert parse_push(provider, headers(body), body, secret_for) == expected
+    response = client.post(f"/webhooks/{provider}", content=body, headers=headers(body))
+    assert (response.status_code, response.json()) == (202, {"triggered": 2})
+    assert pushes == [expected]
+
+
+def test_headers_are_case_insensitive(provider: str) -> None:
+    payload, headers, _, _ = PROVIDERS[provider]
+    body = encode(payload())
+    lowered = {name.lower(): value for name, value in headers(body).items()}
+    upper = {name.upper(): value for name, value in headers(body).items()}
+    assert parse_push(provider, lowered, body, secret_for) is not None
+    assert parse_push(provider, upper, body, secret_for) is not None
+
+
+def test_bad_signature_is_401(provider: str, client: TestClient, pushes: list[PushEvent]) -> None:
+    payload, headers, _, _ = PROVIDERS[provider]
+    body = encode(payload())
+    forged = headers(body, secret=b"guessed")
+    assert refusal(provider, forged, body).status_code == 401
+    response = client.post(f"/webhooks/{provider}", content=body, headers=forged)
+    assert response.status_code == 401
+    assert "error" in response.json()
+    assert pushes == []
+
+
+@pytest.mark.parametrize("signing_provider", ["github", "gitea"])
+def test_signature_over_another_body_is_401(signing_provider: str) -> None:
+    payload, headers, _, _ = PROVIDERS[signing_provider]
+    signed = headers(encode(payload()))
+    tampered = encode(payload(ref="refs/heads/prod"))
+    assert refusal(signing_provider, signed, tampered).status_code == 401
+
+
+def test_missing_signature_is_401(provider: str, client: TestClient) -> None:
+    payload, headers, secret_header, _ = PROVIDERS[provider]
+    body = encode(payload())
+    unsigned = {k: v for k, v in headers(body).items() if k != secret_header}
+    assert refusal(provider, unsigned, body).status_code == 401
+    response = client.post(f"/webhooks/{provider}", content=body, headers=unsigned)
+    assert response.status_code == 401
+    assert secret_header in response.json()["error"]
+
+
+def test_unregistered_repository_is_404(provider: str, client: TestClient) -> None:
+    payload, headers, _, _ = PROVIDERS[provider]
+    text = json.dumps(payload()).replace("claims", "unknown")
+    body = text.encode()
+    assert refusal(provider, headers(body), body).status_code == 404
+    response = client.post(f"/webhooks/{provider}", content=body, headers=headers(body))
+    assert response.status_code == 404
+
+
+def test_non_push_event_is_ignored(provider: str, client: TestClient) -> None:
+    payload, headers, _, event = PROVIDERS[provider]
+    body = encode(payload())
+    assert parse_push(provider, headers(body, event=event), body, secret_for) is None
+    response = client.post(f"/webhooks/{provider}", content=body, headers=headers(body, event))
+    assert response.status_code == 200
+    assert "not pushes" in response.json()["ignored"]
+
+
+def test_non_push_event_naming_a_repository_is_verified(provider: str) -> None:
+    payload, headers, _, event = PROVIDERS[provider]
+    body = encode(payload())
+    assert refusal(provider, headers(body, event, b"wrong"), body).status_code == 401
+
+
+def test_github_ping_without_repository_is_ignored(client: TestClient) -> None:
+    body = encode({"zen": "Keep it logically awesome.", "hook_id": 1, "hook": {"type": "Org"}})
+    response = client.post("/webhooks/github", content=body, headers=github_headers(body, "ping"))
+    assert response.status_code == 200
+    assert response.json() == {"ignored": "'ping' events are not pushes"}
+
+
+def test_branch_deletion_is_ignored(
+    provider: str,
+    client: TestClient,
+    pushes: list[PushEvent],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    payload, headers, _, _ = PROVIDERS[provider]
+    if provider == "github":
+        body = encode(payload(after=ZERO, deleted=True))
+    else:
+        body = encode(payload(after=ZERO))
+    with caplog.at_level(logging.INFO, logger="reconciler.webhooks"):
+        assert parse_push(provider, headers(body), body, secret_for) is None
+    assert "was deleted" in caplog.text
+    response = client.post(f"/webhooks/{provider}", content=body, headers=headers(body))
+    assert (response.status_code, response.json()) == (
+        200,
+        {"ignored": "branch 'main' was deleted"},
+    )
+    assert pushes == []
+
+
+def test_tag_push_is_ignored(provider: str) -> None:
+    payload, headers, _, _ = PROVIDERS[provider]
+    body = encode(payload(ref="refs/tags/v1.0.0"))
+    assert parse_push(provider, headers(body), body, secret_for) is None
+
+
+def test_malformed_json_is_400(provider: str, client: TestClient) -> None:
+    _, headers, _, _ = PROVIDERS[provider]
+    body = b'{"ref": "refs/heads/main", '
+    assert refusal(provider, headers(body), body).status_code == 400
+    response = client.post(f"/webhooks/{provider}", content=body, headers=headers(body))
+    assert response.status_code == 400
+    assert "JSON" in response.json()["error"]
+
+
+@pytest.mark.parametrize("missing", ["ref", "repository"])
+def test_missing_fields_are_400(provider: str, missing: str) -> None:
+    payload, headers, _, _ = PROVIDERS[provider]
+    document = payload()
+    del document["project" if missing == "repository" and provider == "gitlab" else missing]
+    body = encode(document)
+    assert refusal(provider, headers(body), body).status_code == 400
+
+
+def test_oversize_body_is_413(provider: str, client: TestClient) -> None:
+    payload, headers, _, _ = PROVIDERS[provider]
+    document = payload()
+    document["padding"] = "x" * MAX_BODY
+    body = encode(document)
+    assert refusal(provider, headers(body), body).status_code == 413
+    response = client.post(f"/webhooks/{provider}", content=body, headers=headers(body))
+    assert response.status_code == 413
+
+
+def test_oversize_body_without_content_length_is_413(client: TestClient) -> None:
+    chunk = b"x" * 65536
+    chunks = iter([chunk] * (MAX_BODY // len(chunk) + 1))
+    response = client.post("/webhooks/github", content=chunks, headers=github_headers(b""))
+    assert response.status_code == 413
+
+
+def test_unknown_provider_is_404(client: TestClient) -> None:
+    body = encode(github_push())
+    assert refusal("bitbucket", github_headers(body), body).status_code == 404
+    response = client.post("/webhooks/bitbucket", content=body, headers=github_headers(body))
+    assert response.status_code == 404
+
+
+def test_github_form_encoded_payload() -> None:
+    body = urlencode({"payload": json.dumps(github_push())}).encode()
+    headers = github_headers(body) | {"Content-Type": "application/x-www-form-urlencoded"}
+    event = parse_push("github", headers, body, secret_for)
+    assert event is not None
+    assert event.branch == "main"
+
+
+def test_empty_registered_secret_never_verifies() -> None:
+    body = encode(github_push())
+
+    def empty_secret(urls: frozenset[str]) -> Sequence[bytes]:
+        return [b""]
+
+    with pytest.raises(WebhookError) as raised:
+        parse_push("github", github_headers(body, secret=b""), body, empty_secret)
+    assert raised.value.status_code == 404
+
+
+def test_secrets_and_signatures_stay_out_of_logs(
+    provider: str, client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    payload, headers, secret_header, _ = PROVIDERS[provider]
+    body = encode(payload())
+    with caplog.at_level(logging.DEBUG):
+        client.post(f"/webhooks/{provider}", content=body, headers=headers(body))
+        client.post(f"/webhooks/{provider}", content=body, headers=headers(body, secret=b"wrong"))
+    signatures = {headers(body)[secret_header], headers(body, secret=b"wrong")[secret_header]}
+    for record in caplog.records:
+        text = record.getMessage() + repr(record.__dict__)
+        assert SECRET.decode() not in text
+        assert not any(signature in text for signature in signatures)
