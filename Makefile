@@ -1,5 +1,6 @@
 # The entry points people type. Each target installs what it needs itself.
-#   make run    the embedded local stack (etcd, app + control-plane clusters, Dex), in the background
+#   make run    the local stack (etcd, app + control-plane clusters, Dex) and the reconciler on the
+#               example repositories
 #   make test   every test tier that CI runs, against the real local stack
 PYTHON ?= python3
 VENV   ?= .venv
@@ -28,8 +29,8 @@ debian-packages:
 bins: setup            ## build kube-apiserver, kube-controller-manager, kubectl, etcd, Dex (cached)
 	$(BIN)/klutch-gitops dev bins
 
-run: bins              ## start the local stack and print how to reach it
-	$(BIN)/klutch-gitops dev up
+run: bins              ## local stack + example repositories + the reconciler (Ctrl-C stops it)
+	$(BIN)/klutch-gitops dev run
 
 down: setup
 	$(BIN)/klutch-gitops dev down

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
 from dataclasses import asdict
 from enum import StrEnum
@@ -61,6 +63,47 @@ def main() -> None:
 
 
 @app.command()
+def run(
+    config: Annotated[Path, typer.Option("--config", "-c", help="The reconciler's config file")],
+    once: Annotated[
+        bool, typer.Option("--once", help="Sync every repository once and exit")
+    ] = False,
+    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+) -> None:
+    """The main job: mirror claims from Git into the clusters and write status back to Git."""
+    from klutch_gitops import logs
+    from klutch_gitops.config import load_config
+    from reconciler.manager import Reconciler
+
+    logs.configure(log_level)
+    settings = load_config(config)
+    if once:
+        failures = Reconciler(settings).run_once()
+        for failure in failures:
+            err.print(f"[red]failed:[/red] {escape(failure)}")
+        raise typer.Exit(1 if failures else 0)
+    _reconcile_until_signal(config)
+
+
+def _reconcile_until_signal(config: Path) -> None:
+    """Run the reconciler until SIGINT or SIGTERM, then stop it cleanly."""
+    from klutch_gitops.config import load_config
+    from reconciler.manager import Reconciler
+
+    settings = load_config(config)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    reconciler = Reconciler(settings).start()
+    err.print(
+        f"reconciling {len(settings.repositories)} repositories; "
+        f"health, metrics and webhooks on http://{settings.listen}"
+    )
+    stop.wait()
+    reconciler.stop()
+
+
+@app.command()
 def version() -> None:
     """Print the version."""
     out.print(__version__)
@@ -96,6 +139,39 @@ def up(state_dir: StateDir) -> None:
     else:
         out.print(f"[green]local stack up[/green] in {result.info.startup_seconds:.1f}s")
     _print_info(result.info)
+
+
+@dev.command("run")
+def dev_run(
+    state_dir: StateDir, log_level: Annotated[str, typer.Option("--log-level")] = "info"
+) -> None:
+    """The whole product on the local stack: start it, seed example repositories, reconcile."""
+    from klutch_gitops import logs
+    from reconciler.demo import TEAM, seed
+
+    with err.status("starting the local stack…") as spinner:
+        result = daemon.up(state_dir, on_event=lambda line: spinner.update(line))
+        spinner.update("seeding example repositories…")
+        demo = seed(result.info)
+    _print_info(result.info)
+    app_kubeconfig = result.info.clusters["app"].kubeconfig
+    cp_kubeconfig = result.info.clusters["control-plane"].kubeconfig
+    out.print(f"""
+team-a repository     file://{demo.repositories[TEAM]}
+platform repository   file://{demo.repositories["platform"]}
+reconciler config     {demo.config}
+
+See it work (in another terminal):
+  git clone file://{demo.repositories[TEAM]} team-a && cd team-a
+  sed -i 's/postgresql-single-nano/postgresql-single-small/' claims/orders-db.yaml
+  git commit -qam 'bigger orders database' && git push
+  kubectl --kubeconfig {app_kubeconfig} -n {TEAM} get postgresqlinstances,servicebindings
+  kubectl --kubeconfig {cp_kubeconfig} get postgresqlinstances -A
+  git pull && cat claims/.klutch/reconcile.yaml
+
+Ctrl-C stops the reconciler; 'klutch-gitops dev down' stops the stack.""")
+    logs.configure(log_level)
+    _reconcile_until_signal(demo.config)
 
 
 @dev.command()

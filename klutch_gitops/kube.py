@@ -121,22 +121,37 @@ class Kube:
         stream: bool = False,
         timeout: float | None = None,
     ) -> Any:
+        """One request; a non-2xx answer raises KubeError with the server's Status."""
         try:
-            response = self.api.call_api(
-                path,
-                method,
+            method, url, headers, body, post = self.api.param_serialize(
+                method=method,
+                resource_path=path,
                 query_params=query or [],
-                body=body,
                 header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
                 auth_settings=["BearerToken"],
-                _preload_content=False,
+            )
+            response = self.api.call_api(
+                method,
+                url,
+                header_params=headers,
+                body=body,
+                post_params=post,
                 _request_timeout=timeout or self.timeout,
-            )[0]
+            )
         except ApiException as error:
             raise KubeError.of(error) from None
+        if response.status >= 400:
+            raise KubeError.of(
+                ApiException(
+                    status=response.status,
+                    reason=response.reason,
+                    body=response.read().decode(errors="replace"),
+                )
+            )
         if stream:
-            return response
-        data = response.data
+            return response.response
+        data = response.read()
         return json.loads(data) if data else {}
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> dict | None:
@@ -174,7 +189,7 @@ class Kube:
             "PATCH",
             resource.path(meta.get("namespace"), meta["name"], subresource),
             query=query,
-            body=json.dumps(obj),
+            body=dict(obj),
             content_type="application/apply-patch+yaml",
         )
 
@@ -190,7 +205,7 @@ class Kube:
         return self._call(
             "PATCH",
             resource.path(namespace, name, subresource),
-            body=json.dumps(patch),
+            body=dict(patch),
             content_type="application/merge-patch+json",
         )
 
@@ -202,7 +217,7 @@ class Kube:
             self._call(
                 "DELETE",
                 resource.path(namespace, name),
-                body=json.dumps({"propagationPolicy": propagation}),
+                body={"propagationPolicy": propagation},
             )
         except KubeError as error:
             if error.not_found:
@@ -211,9 +226,7 @@ class Kube:
         return True
 
     def create(self, resource: Resource, obj: Mapping[str, Any]) -> dict:
-        return self._call(
-            "POST", resource.path(obj["metadata"].get("namespace")), body=json.dumps(obj)
-        )
+        return self._call("POST", resource.path(obj["metadata"].get("namespace")), body=dict(obj))
 
     def watch(
         self,

@@ -23,7 +23,9 @@ class Identity:
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> Identity:
         group = str(obj.get("apiVersion", "")).rpartition("/")[0]
-        meta = obj.get("metadata") or {}
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping):  # a malformed document still gets an identity
+            meta = {}
         return cls(
             group,
             str(obj.get("kind", "")),
@@ -68,6 +70,7 @@ class Rejection:
     fix: str
     document: int | None = None  # None when the whole file was refused
     field: str | None = None  # dotted path, e.g. "spec.plan" or "metadata.namespace"
+    identity: Identity | None = None  # the object the document names, when it names one
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +78,7 @@ class Rejection:
             for k, v in (
                 ("file", self.file),
                 ("document", self.document),
+                ("object", str(self.identity) if self.identity else None),
                 ("field", self.field),
                 ("message", self.message),
                 ("fix", self.fix),

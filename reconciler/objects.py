@@ -167,6 +167,12 @@ def secret_copy(
     }
 
 
+def within(file: str, held: str) -> bool:
+    """Whether ``file`` is ``held`` or lies under it ("" and "." hold everything)."""
+    held = held.strip("/")
+    return held in ("", ".") or file == held or file.startswith(held + "/")
+
+
 def deletion_protected(live: Mapping[str, Any]) -> bool:
     annotations = (live.get("metadata") or {}).get("annotations") or {}
     return annotations.get(DELETION_PROTECTION) == "true"

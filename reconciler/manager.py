@@ -1,0 +1,286 @@
+"""The reconciler process: registrations, triggers, workers, the namespace controller, HTTP.
+
+Registrations come from the config file and from RepositoryBindings on the Control Plane. Every
+trigger — a webhook, a changed ``ls-remote``, a file-system event on a ``file://`` remote, an
+informer event — only enqueues work; workers run it, serialised per repository.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from bind_api.namespaces import NamespaceController
+from klutch_gitops import git
+from klutch_gitops.config import Config, RepositorySpec, from_repository_binding
+from klutch_gitops.crds import install_crds, load_crds
+from klutch_gitops.errors import KlutchError
+from klutch_gitops.informer import Informer
+from klutch_gitops.kube import Kube, KubeError, Resource, api_client
+from klutch_gitops.urls import normalize_repo_url
+from reconciler import metrics
+from reconciler.binding import Resolver
+from reconciler.platform import PlatformSync
+from reconciler.repository import Key, RepositorySync
+from reconciler.server import create_app, serve
+from reconciler.sources import FileWatcher, Poller
+from reconciler.webhooks import PushEvent
+from reconciler.workqueue import WorkQueue, run_workers
+
+log = logging.getLogger(__name__)
+
+REPOSITORY_BINDINGS = Resource(
+    "gitops.klutch.anynines.com", "v1alpha1", "repositorybindings", "RepositoryBinding"
+)
+PLATFORM = "platform"
+
+
+class Reconciler:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.admin = Kube(api_client(config.control_plane_kubeconfig))
+        self.resolver = Resolver(self.admin, config.work_dir / ".secrets")
+        self.queue: WorkQueue[Key] = WorkQueue()
+        self.specs: dict[str, RepositorySpec] = {}
+        self.syncs: dict[str, RepositorySync] = {}
+        self.errors: dict[str, str] = {}
+        self.namespaces = NamespaceController(self.admin)
+        self.platform: PlatformSync | None = None
+        self.poller: Poller[str] = Poller(
+            config.poll_interval, self._ls_remote, self._source_changed
+        )
+        self.watcher: FileWatcher[str] = FileWatcher(self._source_changed)
+        self.bindings = Informer(
+            self.admin, REPOSITORY_BINDINGS, self._on_binding, name="repositorybindings"
+        )
+        self.server = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self, serve_http: bool = True) -> Reconciler:
+        install_crds(self.admin.api, load_crds(cluster="control-plane"))
+        self.namespaces.start()
+        if self.config.platform is not None:
+            self.platform = PlatformSync(
+                self.config.platform,
+                self.admin,
+                self.config.work_dir / PLATFORM,
+                self.resolver.credentials(self.config.platform.credentials, "platform", ""),
+            )
+            self._watch_source(PLATFORM, self.config.platform.url, self.config.platform.branch)
+            self.queue.add(("platform", PLATFORM))
+        for spec in self.config.repositories:
+            self.specs[spec.name] = spec
+            self.queue.add(("register", spec.name))
+        self.bindings.start()
+        run_workers(self.queue, self.handle, self.config.workers, "reconcile")
+        self.poller.start()
+        self.watcher.start()
+        if serve_http:
+            self.server = serve(
+                create_app(self.waiting, self.secret_for, self.on_push), self.config.listen
+            )
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.should_exit = True
+        self.poller.stop()
+        self.watcher.stop()
+        self.bindings.stop()
+        self.namespaces.stop()
+        self.queue.shutdown()
+        for sync in self.syncs.values():
+            sync.stop()
+
+    def waiting(self) -> list[str]:
+        """What keeps the reconciler from being ready (empty when ready)."""
+        waiting = [f"repository {name}: {error}" for name, error in self.errors.items()]
+        for name, spec in self.specs.items():
+            sync = self.syncs.get(name)
+            if name not in self.errors and not spec.suspend and (sync is None or sync.head is None):
+                waiting.append(f"repository {name}: not synced yet")
+        if not self.bindings.synced.is_set():
+            waiting.append("RepositoryBindings not listed yet")
+        return waiting
+
+    # -- work -------------------------------------------------------------------------------
+
+    def handle(self, key: Key) -> None:
+        kind, name = key
+        metrics.QUEUE_DEPTH.set(len(self.queue))
+        try:
+            if kind == "platform" and self.platform is not None:
+                result = self.platform.sync()
+                metrics.ERRORS.labels(PLATFORM, "rejected").inc(len(result.rejections))
+            elif kind == "register":
+                self._register(name)
+            elif kind == "sync" and name in self.syncs:
+                with metrics.RECONCILE_SECONDS.labels(name).time():
+                    self.syncs[name].sync()
+                self._synced(name, None)
+            elif kind == "writeback" and name in self.syncs:
+                with metrics.WRITE_BACK_SECONDS.labels(name).time():
+                    if self.syncs[name].write_back():
+                        metrics.COMMITS.labels(name).inc()
+        except (KlutchError, KubeError) as error:
+            metrics.ERRORS.labels(name, type(error).__name__).inc()
+            self._synced(name, str(error))
+            raise
+        except Exception as error:
+            metrics.ERRORS.labels(name, "internal").inc()
+            self._synced(name, repr(error))
+            raise
+
+    def _register(self, name: str) -> None:
+        spec = self.specs.get(name)
+        old = self.syncs.pop(name, None)
+        if old is not None:
+            old.stop()
+        if spec is None or spec.suspend:
+            self.poller.unwatch(name)
+            self.watcher.unwatch(name)
+            self.errors.pop(name, None)
+            return
+        binding = self.resolver.binding(spec)
+        self.syncs[name] = RepositorySync(
+            binding,
+            self.config.work_dir,
+            self.config.bot,
+            self.config.batch_window,
+            self.queue.add,
+            self.queue.add_after,
+        )
+        self._watch_source(name, spec.url, spec.branch)
+        self.queue.add(("sync", name))
+
+    def _watch_source(self, name: str, url: str, branch: str) -> None:
+        self.poller.watch(name, url, branch)  # also for file:// remotes: a safety net
+        if url.startswith("file://"):
+            self.watcher.watch(name, Path(url.removeprefix("file://")))
+
+    def _synced(self, name: str, error: str | None) -> None:
+        if error is None:
+            self.errors.pop(name, None)
+        else:
+            self.errors[name] = error
+            log.warning("sync failed", extra={"repository": name, "error": error})
+        spec = self.specs.get(name)
+        sync = self.syncs.get(name)
+        if spec is not None and spec.source.startswith("RepositoryBinding"):
+            self._report_binding(spec, sync, error)
+
+    def _report_binding(
+        self, spec: RepositorySpec, sync: RepositorySync | None, error: str | None
+    ) -> None:
+        namespace, _, name = spec.source.removeprefix("RepositoryBinding ").partition("/")
+        status: dict = {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "False" if error else "True",
+                    "reason": "SyncFailed" if error else "Synced",
+                    "message": (error or "synced")[:1000],
+                    "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                }
+            ]
+        }
+        if sync is not None and sync.head:
+            status["lastFetchedCommit"] = sync.head
+            if sync.last_status_commit:
+                status["lastStatusCommit"] = sync.last_status_commit
+        try:
+            self.admin.apply(
+                REPOSITORY_BINDINGS,
+                {
+                    "apiVersion": REPOSITORY_BINDINGS.api_version,
+                    "kind": "RepositoryBinding",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "status": status,
+                },
+                force=True,
+                subresource="status",
+            )
+        except KubeError as failure:
+            log.warning(
+                "could not report RepositoryBinding status",
+                extra={"binding": spec.source, "error": str(failure)},
+            )
+
+    # -- triggers ---------------------------------------------------------------------------
+
+    def _on_binding(self, event: str, obj: dict) -> None:
+        meta = obj["metadata"]
+        name = f"{meta['namespace']}.{meta['name']}"[:63].rstrip("-.")
+        if event == "DELETED":
+            self.specs.pop(name, None)
+        else:
+            try:
+                spec = from_repository_binding(obj)
+            except KlutchError as error:
+                self.errors[name] = str(error)
+                return
+            if self.specs.get(name) == spec and name in self.syncs:
+                return  # a status update of ours, or a no-op edit
+            self.specs[name] = spec
+        self.queue.add(("register", name))
+
+    def _ls_remote(self, url: str, branch: str) -> str | None:
+        sync = next((s for s in self.syncs.values() if s.spec.url == url), None)
+        return git.ls_remote(url, branch, sync.binding.credentials if sync else None)
+
+    def _source_changed(self, name: str) -> None:
+        if name == PLATFORM and self.platform is not None:
+            self.platform.needs_fetch = True
+            self.queue.add(("platform", PLATFORM))
+        elif name in self.syncs:
+            self.syncs[name].trigger_fetch()
+
+    def on_push(self, event: PushEvent) -> int:
+        """A verified push: fetch every registration of that repository and branch."""
+        triggered = 0
+        for sync in list(self.syncs.values()):
+            if normalize_repo_url(sync.spec.url) in event.urls and sync.spec.branch == event.branch:
+                sync.trigger_fetch()
+                triggered += 1
+        return triggered
+
+    def secret_for(self, urls: frozenset[str]) -> Sequence[bytes]:
+        return [
+            secret
+            for sync in self.syncs.values()
+            if normalize_repo_url(sync.spec.url) in urls
+            for secret in sync.binding.webhook_secrets
+        ]
+
+    # -- one-shot ---------------------------------------------------------------------------
+
+    def run_once(self, timeout: float = 60.0) -> list[str]:
+        """Sync every registration until it settles, write status back once; return failures."""
+        self.namespaces.start()
+        install_crds(self.admin.api, load_crds(cluster="control-plane"))
+        failures = []
+        for spec in self.config.repositories:
+            try:
+                binding = self.resolver.binding(spec)
+                sync = RepositorySync(
+                    binding,
+                    self.config.work_dir,
+                    self.config.bot,
+                    0.0,
+                    lambda _key: None,
+                    lambda _key, _delay: None,
+                )
+                deadline = time.monotonic() + timeout
+                sync.sync()
+                while not sync.settled() and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    sync.sync()
+                sync.write_back()
+                sync.stop()
+            except (KlutchError, KubeError) as error:
+                failures.append(f"{spec.name}: {error}")
+        self.namespaces.stop()
+        return failures

@@ -1,0 +1,512 @@
+"""Everything the reconciler does for one registered repository.
+
+One ``sync`` pass runs the stages in order — fetch, desired state, App Cluster, Control Plane,
+prune and finalize, status and credentials back — and schedules a write-back when what it observed
+changed. Passes are cheap when nothing changed: cluster state comes from informer caches and only
+differences are written. Informer events and source triggers enqueue passes; the work queue
+serialises them per repository.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES
+from klutch_gitops.config import Bot
+from klutch_gitops.git import Checkout
+from klutch_gitops.informer import Informer
+from klutch_gitops.kube import CRDS, EVENTS, SECRETS, KubeError, Resource
+from klutch_gitops.manifests import Claim, Export, Identity, Rejection
+from reconciler import objects
+from reconciler.binding import Binding
+from reconciler.desired import DesiredState, load_desired
+from reconciler.writeback import Bot as CommitAuthor
+from reconciler.writeback import (
+    Mode,
+    ObservedStatus,
+    Summary,
+    render_changes,
+    source_commit,
+    write_back,
+)
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # ("sync" | "writeback", repository name)
+
+
+def resource_of(export: Export, version: str | None = None) -> Resource:
+    return Resource(
+        export.group, version or next(iter(export.schemas), "v1"), export.plural, export.kind
+    )
+
+
+class RepositorySync:
+    def __init__(
+        self,
+        binding: Binding,
+        work_dir: Path,
+        bot: Bot,
+        batch_window: float,
+        enqueue: Callable[[Key], None],
+        enqueue_after: Callable[[Key, float], None],
+    ) -> None:
+        self.binding = binding
+        self.spec = binding.spec
+        self.name = binding.spec.name
+        self.bot = binding.spec.write_back.author or bot
+        self.batch_window = batch_window
+        self._enqueue = enqueue
+        self._enqueue_after = enqueue_after
+        mode = Mode(self.spec.write_back.mode)
+        self.mode = mode
+        self.reader = Checkout.open_or_clone(
+            self.spec.url, self.spec.branch, work_dir / self.name / "source", binding.credentials
+        )
+        self.writer = Checkout.open_or_clone(
+            self.spec.url,
+            self.spec.write_back.branch if mode is Mode.BRANCH else self.spec.branch,
+            work_dir / self.name / "write-back",
+            binding.credentials,
+        )
+        self.needs_fetch = True
+        self.head: str | None = None
+        self.exports: dict[tuple[str, str], Export] = {}
+        self.mapping: dict[str, str] = {}  # App namespace -> Control Plane namespace
+        self.app_claims: dict[str, Informer] = {}  # plural.group -> informer
+        self.cp_claims: dict[tuple[str, str], Informer] = {}  # (plural.group, cp ns)
+        self.cp_secrets: dict[str, Informer] = {}
+        self.app_secrets = Informer(
+            binding.app,
+            SECRETS,
+            self._on_event,
+            label_selector=f"{objects.REPOSITORY_LABEL}={self.name}",
+            name=f"{self.name}-app-secrets",
+        ).start()
+        self._desired: tuple[tuple, DesiredState] | None = None
+        self._report: tuple[tuple[ObservedStatus, ...], Summary] | None = None
+        self._scheduled_fingerprint = ""
+        self.last_status_commit: str | None = None
+        self.pending = True
+        self._source: tuple[str | None, str] = (None, "")
+        self._lock = threading.Lock()
+
+    # -- triggers ---------------------------------------------------------------------------
+
+    def trigger_fetch(self) -> None:
+        self.needs_fetch = True
+        self._enqueue(("sync", self.name))
+
+    def _on_event(self, _event: str, _obj: dict) -> None:
+        self._enqueue(("sync", self.name))
+
+    def stop(self) -> None:
+        for informer in [
+            *self.app_claims.values(),
+            *self.cp_claims.values(),
+            *self.cp_secrets.values(),
+            self.app_secrets,
+        ]:
+            informer.stop()
+
+    # -- the pass ---------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        with self._lock:
+            if self.needs_fetch or self.head is None:
+                self.needs_fetch = False
+                self.head = self.reader.fetch()
+            if self.head is None:
+                log.info("branch does not exist yet", extra={"repository": self.name})
+                return
+            raw_exports = self._exports()
+            problems: list[Rejection] = []
+            self._app_crds(raw_exports, problems)
+            desired = self._load_desired(raw_exports)
+            pending = self._map_namespaces()
+            self._apply(desired, problems)
+            self._prune(desired, problems)
+            self._finalize()
+            statuses = self._observe(desired)
+            self._schedule_write_back(desired, statuses, problems)
+            self.pending = pending
+            if pending:
+                self._enqueue_after(("sync", self.name), 0.5)
+
+    def settled(self) -> bool:
+        """Every namespace mapped and every cache filled: a pass sees the whole picture."""
+        informers = [
+            *self.app_claims.values(),
+            *self.cp_claims.values(),
+            *self.cp_secrets.values(),
+            self.app_secrets,
+        ]
+        return not self.pending and all(i.synced.is_set() for i in informers)
+
+    def _exports(self) -> list[dict]:
+        items, _ = self.binding.control_plane.list(
+            API_SERVICE_EXPORTS, self.spec.consumer_namespace
+        )
+        self.exports = {(e.group, e.kind): e for e in map(Export.of, items)}
+        return items
+
+    def _app_crds(self, raw_exports: list[dict], problems: list[Rejection]) -> None:
+        """Serve every exported kind in the App Cluster, without taking over a foreign CRD."""
+        for raw in raw_exports:
+            crd = objects.crd_from_export(raw)
+            name = crd["metadata"]["name"]
+            live = self.binding.app.get(CRDS, None, name)
+            if not objects.owns_crd(live):
+                problems.append(
+                    Rejection(
+                        file=self.spec.path,
+                        message=(
+                            f"CustomResourceDefinition {name} in the App Cluster is not managed by "
+                            "klutch-gitops; it is left as it is"
+                        ),
+                        fix="delete that CRD, or use the APIs it serves without klutch-gitops",
+                    )
+                )
+            elif objects.needs_apply(crd, live):
+                self.binding.app.apply(CRDS, crd, force=True)
+                self._wait_established(name)
+            export = Export.of(raw)
+            if export.name not in self.app_claims:
+                self.app_claims[export.name] = Informer(
+                    self.binding.app,
+                    resource_of(export),
+                    self._on_event,
+                    label_selector=f"{objects.REPOSITORY_LABEL}={self.name}",
+                    name=f"{self.name}-app-{export.plural}",
+                ).start()
+
+    def _wait_established(self, name: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            crd = self.binding.app.get(CRDS, None, name) or {}
+            conditions = (crd.get("status") or {}).get("conditions") or []
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                return
+            time.sleep(0.1)
+
+    def _load_desired(self, raw_exports: list[dict]) -> DesiredState:
+        key = (self.head, tuple(sorted(e["metadata"]["resourceVersion"] for e in raw_exports)))
+        if self._desired is None or self._desired[0] != key:
+            self._desired = (
+                key,
+                load_desired(
+                    self.reader.root,
+                    self.spec.path,
+                    self.exports,
+                    frozenset(self.spec.app_namespaces),
+                ),
+            )
+        return self._desired[1]
+
+    def _map_namespaces(self) -> bool:
+        """Ask for every allowed App namespace's Control Plane namespace; True while pending."""
+        pending = False
+        cp = self.binding.control_plane
+        for namespace in self.spec.app_namespaces:
+            if namespace in self.mapping:
+                continue
+            mapping = cp.get(API_SERVICE_NAMESPACES, self.spec.consumer_namespace, namespace)
+            if mapping is None:
+                cp.apply(
+                    API_SERVICE_NAMESPACES,
+                    {
+                        "apiVersion": API_SERVICE_NAMESPACES.api_version,
+                        "kind": "APIServiceNamespace",
+                        "metadata": {"name": namespace, "namespace": self.spec.consumer_namespace},
+                        "spec": {},
+                    },
+                )
+            target = ((mapping or {}).get("status") or {}).get("namespace")
+            if not target:
+                pending = True
+                continue
+            self.mapping[namespace] = target
+            self.cp_secrets[target] = Informer(
+                cp,
+                SECRETS,
+                self._on_event,
+                namespace=target,
+                name=f"{self.name}-cp-secrets-{target}",
+            ).start()
+        for export in self.exports.values():
+            for target in self.mapping.values():
+                if (export.name, target) not in self.cp_claims:
+                    self.cp_claims[(export.name, target)] = Informer(
+                        cp,
+                        resource_of(export),
+                        self._on_event,
+                        namespace=target,
+                        name=f"{self.name}-cp-{export.plural}-{target}",
+                    ).start()
+        return pending
+
+    def _export(self, claim: Claim) -> Export:
+        return self.exports[(claim.identity.group, claim.identity.kind)]
+
+    def _apply(self, desired: DesiredState, problems: list[Rejection]) -> None:
+        """Server-side apply each claim: App without force (report conflicts), then Control
+        Plane with force (it is our mirror: drift there is reverted)."""
+        for claim in desired.claims:
+            export = self._export(claim)
+            resource = resource_of(export, claim.api_version.rpartition("/")[2])
+            ident = claim.identity
+            informer = self.app_claims.get(export.name)
+            live = informer.get(ident.namespace, ident.name) if informer else None
+            if live is not None and live["metadata"].get("deletionTimestamp"):
+                continue  # finishing a deletion first; the next pass recreates it
+            body = objects.app_object(claim, self.name, self.spec.path, self.head or "", live)
+            if objects.needs_apply(body, live):
+                try:
+                    self.binding.app.apply(resource, body)
+                except KubeError as error:
+                    problems.append(self._problem(claim, error, "App Cluster"))
+                    if live is not None:
+                        self._event(resource, live, "ApplyFailed", error.message)
+                    continue
+            target = self.mapping.get(ident.namespace)
+            if target is None:
+                continue
+            upstream = self.cp_claims[(export.name, target)].get(target, ident.name)
+            copy = objects.control_plane_object(claim, target)
+            if objects.needs_apply(copy, upstream):
+                try:
+                    self.binding.control_plane.apply(resource, copy, force=True)
+                except KubeError as error:
+                    problems.append(self._problem(claim, error, "Control Plane"))
+
+    def _problem(self, claim: Claim, error: KubeError, where: str) -> Rejection:
+        fix = {
+            409: "another field manager owns these fields: remove them from Git or from "
+            "the other tool",
+            422: "change the claim so the Control Plane accepts it",
+            403: "the binding may not do this: check the exported APIs and namespaces",
+        }
+        return Rejection(
+            file=claim.location.file,
+            document=claim.location.document,
+            message=f"{where} refused {claim.identity}: {error.message}",
+            fix=fix.get(error.status, "see the message; the next sync retries"),
+        )
+
+    def _prune(self, desired: DesiredState, problems: list[Rejection]) -> None:
+        """Delete what left Git — but never what a rejected document still names: a typo in a
+        live claim, or a file that stopped parsing, must not delete a running data service."""
+        keep = {c.identity for c in desired.claims} | {
+            r.identity for r in desired.rejections if r.identity
+        }
+        # a rejection that cannot name its object (the file did not parse, ...) holds the file
+        held_files = [r.file for r in desired.rejections if r.identity is None]
+        for export in self.exports.values():
+            informer = self.app_claims.get(export.name)
+            for live in objects.to_prune(informer.items() if informer else [], keep):
+                meta = live["metadata"]
+                source = (meta.get("annotations") or {}).get(objects.FILE_ANNOTATION, "")
+                if any(objects.within(source, held) for held in held_files):
+                    continue
+                if objects.deletion_protected(live):
+                    message = (
+                        f"{Identity.of(live)} left Git but is deletion-protected; it was "
+                        "not deleted"
+                    )
+                    problems.append(
+                        Rejection(
+                            file=meta.get("annotations", {}).get(objects.FILE_ANNOTATION, ""),
+                            message=message,
+                            fix=f"remove the {objects.DELETION_PROTECTION} "
+                            "annotation from the live object to delete it",
+                        )
+                    )
+                    self._event(resource_of(export), live, "DeletionRefused", message)
+                    continue
+                self.binding.app.delete(resource_of(export), meta["namespace"], meta["name"])
+
+    def _finalize(self) -> None:
+        """Release an App claim only when its Control Plane copy is really gone."""
+        for export in self.exports.values():
+            informer = self.app_claims.get(export.name)
+            for live in informer.items() if informer else []:
+                meta = live["metadata"]
+                if not meta.get("deletionTimestamp") or objects.FINALIZER not in (
+                    meta.get("finalizers") or []
+                ):
+                    continue
+                target = self.mapping.get(meta["namespace"])
+                if target is None and meta["namespace"] in self.spec.app_namespaces:
+                    continue  # mapping not known yet (e.g. just restarted): keep holding
+                resource = resource_of(export)
+                if target is not None and (
+                    self.binding.control_plane.delete(resource, target, meta["name"])
+                    or self.binding.control_plane.get(resource, target, meta["name"])
+                ):
+                    continue  # the CP informer's DELETED event brings us back
+                remaining = [f for f in meta["finalizers"] if f != objects.FINALIZER]
+                try:
+                    self.binding.app.patch(
+                        resource,
+                        meta["namespace"],
+                        meta["name"],
+                        {"metadata": {"finalizers": remaining or None}},
+                    )
+                except KubeError as error:
+                    if not error.not_found:
+                        raise
+
+    def _observe(self, desired: DesiredState) -> tuple[ObservedStatus, ...]:
+        """Copy status and provider-owned Secrets to the App Cluster; return what Git gets."""
+        statuses = []
+        for claim in desired.claims:
+            export = self._export(claim)
+            ident = claim.identity
+            target = self.mapping.get(ident.namespace)
+            informer = self.app_claims.get(export.name)
+            live = informer.get(ident.namespace, ident.name) if informer else None
+            upstream = (
+                self.cp_claims[(export.name, target)].get(target, ident.name) if target else None
+            )
+            statuses.append(
+                ObservedStatus(ident, claim.api_version, (upstream or {}).get("status"))
+            )
+            if live is None or upstream is None:
+                continue
+            patch = objects.status_object(live, upstream)
+            if patch is not None:
+                resource = resource_of(export, claim.api_version.rpartition("/")[2])
+                self.binding.app.apply(resource, patch, force=True, subresource="status")
+            self._copy_secrets(claim, live, target)
+        self._drop_orphan_secrets(desired)
+        return tuple(statuses)
+
+    def _copy_secrets(self, claim: Claim, live: dict, target: str | None) -> None:
+        if target is None or target not in self.cp_secrets:
+            return
+        for name in objects.credential_secret_names(claim.body):
+            upstream = self.cp_secrets[target].get(target, name)
+            current = self.app_secrets.get(claim.identity.namespace, name)
+            if upstream is None:
+                if current is not None:
+                    self.binding.app.delete(SECRETS, claim.identity.namespace, name)
+                continue
+            wanted = objects.secret_copy(upstream, claim.identity.namespace, self.name, live)
+            if (
+                current is None
+                or current.get("data") != wanted["data"]
+                or objects.needs_apply(wanted, current)
+            ):
+                self.binding.app.apply(SECRETS, wanted, force=True)
+
+    def _drop_orphan_secrets(self, desired: DesiredState) -> None:
+        wanted = {
+            (c.identity.namespace, n)
+            for c in desired.claims
+            for n in objects.credential_secret_names(c.body)
+        }
+        for secret in self.app_secrets.items():
+            meta = secret["metadata"]
+            if (meta["namespace"], meta["name"]) not in wanted:
+                self.binding.app.delete(SECRETS, meta["namespace"], meta["name"])
+
+    # -- write-back -------------------------------------------------------------------------
+
+    def _schedule_write_back(
+        self, desired: DesiredState, statuses: tuple[ObservedStatus, ...], problems: list[Rejection]
+    ) -> None:
+        rejections = (*desired.rejections, *problems)
+        # The newest human commit, not the head: the head moves with our own status commits,
+        # and naming it in reconcile.yaml would make every status commit cause another.
+        if self._source[0] != self.head:
+            self._source = (self.head, source_commit(self.reader) or self.head or "")
+        source = self._source[1]
+        summary = Summary(
+            source_commit=source,
+            rejections=rejections,
+            counts={
+                "claims": len(desired.claims),
+                "rejected": len(desired.rejections),
+                "problems": len(problems),
+                "ready": sum(1 for s in statuses if _ready(s.status)),
+            },
+        )
+        fingerprint = hashlib.sha256(
+            json.dumps(
+                [[str(s.identity), s.status] for s in statuses]
+                + [r.as_dict() for r in rejections]
+                + [summary.counts],
+                sort_keys=True,
+                default=str,
+            ).encode()
+        ).hexdigest()
+        self._report = (statuses, summary)
+        if fingerprint != self._scheduled_fingerprint:
+            self._scheduled_fingerprint = fingerprint
+            self._enqueue_after(("writeback", self.name), self.batch_window)
+
+    def write_back(self) -> str | None:
+        """Commit what the last pass observed; nothing when Git already says it."""
+        if self._report is None:
+            return None
+        statuses, summary = self._report
+        self.writer.fetch()
+        now = dt.datetime.now(dt.UTC)
+        sha = write_back(
+            self.writer,
+            lambda tree: render_changes(tree, self.spec.path, self.mode, statuses, summary, now),
+            message=f"klutch-gitops: status of {summary.counts['claims']} claim(s) in "
+            f"{self.spec.path}",
+            source_commit=summary.source_commit,
+            bot=CommitAuthor(self.bot.name, self.bot.email),
+        )
+        if sha:
+            self.last_status_commit = sha
+            log.info("status committed", extra={"repository": self.name, "commit": sha})
+        return sha
+
+    def _event(self, resource: Resource, obj: dict[str, Any], reason: str, message: str) -> None:
+        """A Warning Event on the App claim, where `kubectl describe` shows it."""
+        meta = obj["metadata"]
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "type": "Warning",
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": "klutch-gitops"},
+            "metadata": {
+                "namespace": meta["namespace"],
+                "generateName": f"{meta['name']}.klutch-gitops.",
+            },
+            "involvedObject": {
+                "apiVersion": resource.api_version,
+                "kind": resource.kind,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.binding.app.create(EVENTS, event)
+        except KubeError as error:
+            log.warning("could not record event", extra={"error": str(error)})
+
+
+def _ready(status: dict | None) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (status or {}).get("conditions") or []
+    )

@@ -1,0 +1,53 @@
+"""The reconciler's HTTP surface: health, readiness, Prometheus metrics and push webhooks."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import uvicorn
+from fastapi import FastAPI, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from reconciler.metrics import REGISTRY
+from reconciler.webhooks import PushEvent, webhook_router
+
+
+def create_app(
+    ready: Callable[[], Sequence[str]],
+    secret_for: Callable[[frozenset[str]], Sequence[bytes]],
+    on_push: Callable[[PushEvent], int],
+) -> FastAPI:
+    """``ready`` returns what is not ready yet; empty means ready."""
+    app = FastAPI(title="klutch-gitops reconciler", docs_url=None, redoc_url=None)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:
+        waiting = list(ready())
+        return JSONResponse(
+            {"ready": not waiting, "waiting": waiting}, status_code=503 if waiting else 200
+        )
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(webhook_router(secret_for, on_push))
+    return app
+
+
+def serve(app: FastAPI, listen: str) -> uvicorn.Server:
+    """Run ``app`` on ``host:port`` in a background thread; ``server.should_exit`` stops it."""
+    host, _, port = listen.rpartition(":")
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host=host or "127.0.0.1", port=int(port), log_level="warning", access_log=False
+        )
+    )
+    threading.Thread(target=server.run, name="http", daemon=True).start()
+    return server

@@ -1,0 +1,160 @@
+"""A tenant for reconciler tests: a consumer on the Control Plane, an App namespace, a bare Git
+remote with a person's clone, and a running reconciler that follows it."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from bind_api.consumer import bind_consumer, binder_kubeconfig
+from bind_api.namespaces import mapped_namespace
+from klutch_gitops.config import Config, RepositorySpec, SecretRef, WriteBack
+from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
+from klutch_gitops.kube import Kube, Resource
+from klutch_gitops.localstack.processes import free_port
+from klutch_gitops.localstack.stack import StackInfo
+from reconciler.manager import Reconciler
+
+CLAIM_CRDS = load_dev_claim_crds()
+POSTGRES = Resource("anynines.com", "v1", "postgresqlinstances", "PostgresqlInstance")
+BINDINGS = Resource("anynines.com", "v1", "servicebindings", "ServiceBinding")
+WEBHOOK_SECRET = "s3cr3t-webhook"
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def eventually(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except AssertionError as error:
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+@dataclass
+class Tenant:
+    app: Kube
+    control_plane: Kube
+    consumer: str
+    namespace: str  # the App namespace
+    remote: Path
+    clone: Path
+    reconciler: Reconciler
+    config: Config
+
+    @property
+    def mapped(self) -> str:
+        return mapped_namespace(self.consumer, self.namespace)
+
+    def push(self, files: dict[str, str | None], message: str = "change claims") -> str:
+        for name, text in files.items():
+            path = self.clone / name
+            if text is None:
+                path.unlink()
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+        git(self.clone, "add", "-A")
+        git(self.clone, "commit", "-q", "-m", message)
+        git(self.clone, "pull", "-q", "--rebase", "origin", "main")
+        git(self.clone, "push", "-q", "origin", "HEAD:main")
+        return git(self.clone, "rev-parse", "HEAD")
+
+    def pull(self) -> None:
+        git(self.clone, "pull", "-q", "--rebase", "origin", "main")
+
+    def remote_file(self, name: str, ref: str = "main") -> str:
+        return git(self.remote, "show", f"{ref}:{name}")
+
+    def log(self, ref: str = "main") -> list[str]:
+        return git(self.remote, "log", "--format=%H %an %s", ref).splitlines()
+
+
+def claim(name: str, namespace: str, plan: str = "postgresql-single-nano", extra: str = "") -> str:
+    return f"""# {name}: a database for the team
+apiVersion: anynines.com/v1
+kind: PostgresqlInstance
+metadata:
+  name: {name}   # keep this name
+  namespace: {namespace}
+spec:
+  service: a9s-postgresql13
+  plan: {plan}
+  writeConnectionSecretToRef:
+    name: {name}-conn
+{extra}"""
+
+
+def make_tenant(
+    stack: StackInfo, clusters: dict[str, client.ApiClient], tmp_path: Path, mode: str = "inline"
+) -> Tenant:
+    admin = Kube(clusters["control-plane"])
+    app = Kube(clusters["app"])
+    install_crds(clusters["control-plane"], load_crds(cluster="control-plane") + CLAIM_CRDS)
+    suffix = uuid.uuid4().hex[:6]
+    consumer, namespace = f"cluster-{suffix}", f"team-{suffix}"
+    client.CoreV1Api(clusters["app"]).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
+    )
+    bind_consumer(admin, consumer, f"developer#{suffix}", CLAIM_CRDS)
+    binder = tmp_path / "binder.kubeconfig"
+    binder.write_text(yaml.safe_dump(binder_kubeconfig(admin, consumer)))
+
+    remote, clone = tmp_path / "team.git", tmp_path / "human"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
+    subprocess.run(["git", "clone", "-q", str(remote), str(clone)], check=True, capture_output=True)
+    git(clone, "config", "user.name", "Human Developer")
+    git(clone, "config", "user.email", "human@example.com")
+    git(clone, "checkout", "-q", "-b", "main")
+    (clone / "README.md").write_text("team claims\n")
+    git(clone, "add", "-A")
+    git(clone, "commit", "-q", "-m", "start")
+    git(clone, "push", "-q", "origin", "main")
+
+    spec = RepositorySpec(
+        name=f"team-{suffix}",
+        url=f"file://{remote}",
+        consumer_namespace=consumer,
+        app_namespaces=(namespace,),
+        path="claims",
+        app_kubeconfig=SecretRef(file=Path(stack.clusters["app"].kubeconfig)),
+        control_plane_kubeconfig=SecretRef(file=binder),
+        webhook_secret=SecretRef(file=_write(tmp_path / "webhook", WEBHOOK_SECRET)),
+        write_back=WriteBack(mode=mode),
+    )
+    config = Config(
+        control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
+        repositories=(spec,),
+        listen=f"127.0.0.1:{free_port()}",
+        poll_interval=1.0,
+        batch_window=0.3,
+        workers=2,
+        work_dir=tmp_path / "work",
+    )
+    reconciler = Reconciler(config).start()
+    return Tenant(app, admin, consumer, namespace, remote, clone, reconciler, config)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
