@@ -25,7 +25,7 @@ from klutch_gitops.git import Checkout
 from klutch_gitops.informer import Informer
 from klutch_gitops.kube import CRDS, EVENTS, SECRETS, KubeError, Resource
 from klutch_gitops.manifests import Claim, Export, Identity, Rejection
-from reconciler import objects
+from reconciler import metrics, objects
 from reconciler.binding import Binding
 from reconciler.desired import DesiredState, load_desired
 from reconciler.writeback import Bot as CommitAuthor
@@ -123,7 +123,8 @@ class RepositorySync:
         with self._lock:
             if self.needs_fetch or self.head is None:
                 self.needs_fetch = False
-                self.head = self.reader.fetch()
+                with metrics.FETCH_SECONDS.labels(self.name).time():
+                    self.head = self.reader.fetch()
             if self.head is None:
                 log.info("branch does not exist yet", extra={"repository": self.name})
                 return
@@ -424,6 +425,8 @@ class RepositorySync:
         self, desired: DesiredState, statuses: tuple[ObservedStatus, ...], problems: list[Rejection]
     ) -> None:
         rejections = (*desired.rejections, *problems)
+        metrics.CLAIMS.labels(self.name).set(len(desired.claims))
+        metrics.REJECTED.labels(self.name).set(len(desired.rejections))
         # The newest human commit, not the head: the head moves with our own status commits,
         # and naming it in reconcile.yaml would make every status commit cause another.
         if self._source[0] != self.head:
