@@ -21,6 +21,7 @@ from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import NAMESPACES, Kube, api_client
 from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
+from reconciler.platform import TEMPLATE_NAMESPACE
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "repos"
 TEAM = "team-a"
@@ -71,6 +72,14 @@ def seed(info: StackInfo) -> Demo:
     install_crds(admin.api, load_crds(cluster="control-plane") + claim_crds)
     install_crds(app.api, load_crds(cluster="app"))
     app.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEAM}})
+    admin.apply(
+        NAMESPACES,
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",  # where templates live
+            "metadata": {"name": TEMPLATE_NAMESPACE},
+        },
+    )
 
     repositories = {name: state / f"{name}.git" for name in ("platform", TEAM)}
     for name, remote in repositories.items():

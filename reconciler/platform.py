@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from klutch_gitops.config import PlatformSpec
+from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Checkout, Credentials
 from klutch_gitops.kube import Kube, KubeError, Resource
 from klutch_gitops.manifests import Identity, Rejection
@@ -51,9 +52,17 @@ class PlatformResult:
     rejections: list[Rejection]
 
 
-def platform_objects(root: Path, path: str) -> tuple[list[tuple[Resource, dict]], list[Rejection]]:
+@dataclass(frozen=True)
+class PlatformObject:
+    resource: Resource
+    body: dict
+    file: str
+    document: int
+
+
+def platform_objects(root: Path, path: str) -> tuple[list[PlatformObject], list[Rejection]]:
     """Accepted platform documents under ``path``, and why the others were refused."""
-    accepted: list[tuple[Resource, dict]] = []
+    accepted: list[PlatformObject] = []
     rejections: list[Rejection] = []
     base = (root / path).resolve()
     for file in sorted(
@@ -93,7 +102,7 @@ def platform_objects(root: Path, path: str) -> tuple[list[tuple[Resource, dict]]
                 meta.setdefault("namespace", TEMPLATE_NAMESPACE)
             meta["labels"] = {**(meta.get("labels") or {}), PLATFORM_LABEL: "true"}
             body["metadata"] = meta
-            accepted.append((resource, body))
+            accepted.append(PlatformObject(resource, body, relative, document.index))
     return accepted, rejections
 
 
@@ -107,24 +116,53 @@ class PlatformSync:
         self.needs_fetch = True
 
     def sync(self) -> PlatformResult:
+        """Apply and prune; refused documents are reported, API failures raise for a retry."""
         if self.needs_fetch or self.checkout.head is None:
             self.needs_fetch = False
             self.checkout.fetch()
         accepted, rejections = platform_objects(self.checkout.root, self.spec.path)
+        failures: list[str] = []
         wanted: set[tuple[str, str, str, str]] = set()
-        for resource, body in accepted:
-            meta = body["metadata"]
-            wanted.add((resource.plural, resource.group, meta.get("namespace", ""), meta["name"]))
+        for item in accepted:
+            meta = item.body["metadata"]
+            wanted.add(
+                (item.resource.plural, item.resource.group, meta.get("namespace", ""), meta["name"])
+            )
             try:
-                self.admin.apply(resource, body)
+                self.admin.apply(item.resource, item.body)
             except KubeError as error:
-                rejections.append(
-                    Rejection(
-                        file="platform",
-                        message=(f"Control Plane refused {Identity.of(body)}: {error.message}"),
-                        fix="install the API it needs (e.g. Crossplane) or fix the document",
+                if error.status in (400, 403, 409, 422):  # the document's problem, not ours
+                    rejections.append(
+                        Rejection(
+                            file=item.file,
+                            document=item.document,
+                            identity=Identity.of(item.body),
+                            message=f"Control Plane refused it: {error.message}",
+                            fix="fix the document; a conflict means another tool owns a field",
+                        )
                     )
-                )
+                else:
+                    failures.append(f"{item.file}: {error}")
+        pruned = 0 if failures else self._prune(wanted)
+        for rejection in rejections:
+            log.warning(
+                "platform document refused: %s",
+                rejection.message,
+                extra={
+                    "file": rejection.file,
+                    "document": rejection.document,
+                    "fix": rejection.fix,
+                },
+            )
+        if failures:
+            raise KlutchError(
+                f"platform repository: {len(failures)} object(s) not applied: "
+                + "; ".join(failures),
+                "retrying with back-off",
+            )
+        return PlatformResult(len(accepted), pruned, rejections)
+
+    def _prune(self, wanted: set[tuple[str, str, str, str]]) -> int:
         pruned = 0
         for resource in KINDS.values():
             try:
@@ -139,6 +177,4 @@ class PlatformSync:
                 if key not in wanted:
                     self.admin.delete(resource, meta.get("namespace"), meta["name"])
                     pruned += 1
-        for rejection in rejections:
-            log.warning("platform document refused", extra=rejection.as_dict())
-        return PlatformResult(len(accepted), pruned, rejections)
+        return pruned

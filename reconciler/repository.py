@@ -446,7 +446,7 @@ class RepositorySync:
             json.dumps(
                 [[str(s.identity), s.status] for s in statuses]
                 + [r.as_dict() for r in rejections]
-                + [summary.counts],
+                + [summary.counts, summary.source_commit],
                 sort_keys=True,
                 default=str,
             ).encode()
