@@ -110,3 +110,10 @@ def test_repository_binding_becomes_a_registration() -> None:
     assert spec.webhook_secret == SecretRef(namespace="cluster-abc", name="hook", key="token")
     assert (spec.write_back.mode, spec.write_back.branch) == ("branch", "status")
     assert spec.source == "RepositoryBinding cluster-abc/orders"
+
+
+def test_the_documented_example_config_is_valid() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "reconciler.yaml"
+    config = parse_config(example.read_text(), str(example), example.parent)
+    assert [r.name for r in config.repositories] == ["team-a"]
+    assert config.platform is not None
