@@ -15,7 +15,8 @@ from typing import Any
 
 from kubernetes import client
 
-from bind_api.namespaces import API_SERVICE_EXPORTS, BINDER, GROUP, ROLE_BINDINGS, ROLES
+from bind_api.namespaces import API_SERVICE_EXPORTS, BINDER, GROUP, binder_role
+from klutch_gitops.crds import version_snapshot
 from klutch_gitops.kube import NAMESPACES, Kube, Resource
 
 FIELD_MANAGER = "klutch-gitops-bind"
@@ -46,26 +47,21 @@ def export_from_crd(
         "group": spec["group"],
         "names": spec["names"],
         "scope": spec.get("scope", "Namespaced"),
-        "versions": [
-            {
-                k: v
-                for k, v in version.items()
-                if k
-                in (
-                    "name",
-                    "served",
-                    "storage",
-                    "schema",
-                    "subresources",
-                    "additionalPrinterColumns",
-                )
-            }
-            for version in spec["versions"]
-        ],
+        "versions": [version_snapshot(version) for version in spec["versions"]],
         "permissionClaims": list(claims),
         "informerScope": "Namespaced",
         "clusterScopedIsolation": "Namespaced",
     }
+
+
+CONSUMER_RULES = [
+    {"apiGroups": [GROUP], "resources": ["apiserviceexports"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": [GROUP],
+        "resources": ["apiservicenamespaces"],
+        "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+    },
+]
 
 
 def consumer_objects(
@@ -83,40 +79,7 @@ def consumer_objects(
             },
         ),
         (SERVICE_ACCOUNTS, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}),
-        (
-            ROLES,
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": meta,
-                "rules": [
-                    {
-                        "apiGroups": [GROUP],
-                        "resources": ["apiserviceexports"],
-                        "verbs": ["get", "list", "watch"],
-                    },
-                    {
-                        "apiGroups": [GROUP],
-                        "resources": ["apiservicenamespaces"],
-                        "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
-                    },
-                ],
-            },
-        ),
-        (
-            ROLE_BINDINGS,
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": meta,
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": BINDER,
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": BINDER, "namespace": namespace}],
-            },
-        ),
+        *binder_role(namespace, namespace, CONSUMER_RULES),
     ]
     for crd in crds:
         objects.append(

@@ -77,7 +77,6 @@ def desired_objects(mapping: dict, exports: Iterable[dict]) -> list[tuple[Resour
         APP_NAMESPACE_LABEL: app_namespace,
         "app.kubernetes.io/managed-by": "klutch-gitops",
     }
-    meta = {"name": BINDER, "namespace": target, "labels": labels}
     return [
         (
             NAMESPACES,
@@ -87,13 +86,23 @@ def desired_objects(mapping: dict, exports: Iterable[dict]) -> list[tuple[Resour
                 "metadata": {"name": target, "labels": labels},
             },
         ),
+        *binder_role(target, consumer, role_rules(exports), labels),
+    ]
+
+
+def binder_role(
+    namespace: str, consumer: str, rules: list[dict], labels: dict[str, str] | None = None
+) -> list[tuple[Resource, dict]]:
+    """A Role named ``klutch-binder`` in ``namespace``, bound to the consumer's ServiceAccount."""
+    meta = {"name": BINDER, "namespace": namespace, **({"labels": labels} if labels else {})}
+    return [
         (
             ROLES,
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "Role",
                 "metadata": meta,
-                "rules": role_rules(exports),
+                "rules": rules,
             },
         ),
         (

@@ -7,6 +7,7 @@ cluster needs and applies them with our field manager, so repeated installs are 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,21 @@ def load_crds(*, cluster: str) -> list[dict[str, Any]]:
     crds = [yaml.safe_load(path.read_text()) for path in sorted(CRD_DIR.glob("*.yaml"))]
     on_app = cluster == "app"
     return [crd for crd in crds if (crd["spec"]["names"]["kind"] in APP_CLUSTER_KINDS) == on_app]
+
+
+SNAPSHOT_FIELDS = (
+    "name",
+    "served",
+    "storage",
+    "schema",
+    "subresources",
+    "additionalPrinterColumns",
+)
+
+
+def version_snapshot(version: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a CRD version an APIServiceExport carries (and an App CRD is made from)."""
+    return {k: version[k] for k in SNAPSHOT_FIELDS if k in version}
 
 
 def load_dev_claim_crds() -> list[dict[str, Any]]:

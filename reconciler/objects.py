@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from klutch_gitops.crds import version_snapshot
 from klutch_gitops.manifests import Claim, Identity
 
 PREFIX = "gitops.klutch.anynines.com"
@@ -192,18 +193,7 @@ def crd_from_export(export: Mapping[str, Any]) -> dict[str, Any]:
     spec = export["spec"]
     versions = []
     for version in spec.get("versions") or []:
-        entry = {
-            k: version[k]
-            for k in (
-                "name",
-                "served",
-                "storage",
-                "schema",
-                "subresources",
-                "additionalPrinterColumns",
-            )
-            if k in version
-        }
+        entry = version_snapshot(version)
         entry.setdefault("subresources", {"status": {}})
         versions.append(entry)
     return {

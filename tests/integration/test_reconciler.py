@@ -41,6 +41,22 @@ def ready_status(generation: int = 1) -> dict:
     }
 
 
+def report_ready(tenant: Tenant, name: str) -> None:
+    """What a provider does: write Ready into the Control Plane copy's status."""
+    tenant.control_plane.apply(
+        POSTGRES,
+        {
+            "apiVersion": "anynines.com/v1",
+            "kind": "PostgresqlInstance",
+            "metadata": {"name": name, "namespace": tenant.mapped},
+            "status": ready_status(),
+        },
+        field_manager="provider",
+        force=True,
+        subresource="status",
+    )
+
+
 def test_claim_reaches_both_clusters_and_status_comes_back_to_git(tenant: Tenant) -> None:
     text = claim("orders", tenant.namespace)
     tenant.push({"claims/orders.yaml": text})
@@ -64,18 +80,7 @@ def test_claim_reaches_both_clusters_and_status_comes_back_to_git(tenant: Tenant
     assert len(tenant.control_plane.list(POSTGRES, tenant.mapped)[0]) == 1
 
     # The provider reports Ready on the Control Plane: App status, then a status commit.
-    tenant.control_plane.apply(
-        POSTGRES,
-        {
-            "apiVersion": "anynines.com/v1",
-            "kind": "PostgresqlInstance",
-            "metadata": {"name": "orders", "namespace": tenant.mapped},
-            "status": ready_status(),
-        },
-        field_manager="provider",
-        force=True,
-        subresource="status",
-    )
+    report_ready(tenant, "orders")
     eventually(
         lambda: (
             (tenant.app.get(POSTGRES, tenant.namespace, "orders") or {})
@@ -390,18 +395,7 @@ def _answers(url: str) -> bool:
 def test_a_human_push_racing_a_status_commit_keeps_both(tenant: Tenant) -> None:
     tenant.push({"claims/db.yaml": claim("db", tenant.namespace)})
     eventually(lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db"), "the CP copy")
-    tenant.control_plane.apply(
-        POSTGRES,
-        {
-            "apiVersion": "anynines.com/v1",
-            "kind": "PostgresqlInstance",
-            "metadata": {"name": "db", "namespace": tenant.mapped},
-            "status": ready_status(),
-        },
-        field_manager="provider",
-        force=True,
-        subresource="status",
-    )
+    report_ready(tenant, "db")
     human = tenant.push({"docs/notes.md": "racing the bot\n"}, "human: notes")
 
     eventually(lambda: "status:" in tenant.remote_file("claims/db.yaml"), "the status commit")
