@@ -8,6 +8,7 @@ informer event — only enqueues work; workers run it, serialised per repository
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +36,7 @@ REPOSITORY_BINDINGS = Resource(
     "gitops.klutch.anynines.com", "v1alpha1", "repositorybindings", "RepositoryBinding"
 )
 PLATFORM = "platform"
+STOP_GRACE_SECONDS = 30.0
 
 
 class Reconciler:
@@ -56,6 +58,7 @@ class Reconciler:
             self.admin, REPOSITORY_BINDINGS, self._on_binding, name="repositorybindings"
         )
         self.server = None
+        self.workers: list[threading.Thread] = []
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -75,7 +78,7 @@ class Reconciler:
             self.specs[spec.name] = spec
             self.queue.add(("register", spec.name))
         self.bindings.start()
-        run_workers(self.queue, self.handle, self.config.workers, "reconcile")
+        self.workers = run_workers(self.queue, self.handle, self.config.workers, "reconcile")
         self.poller.start()
         self.watcher.start()
         if serve_http:
@@ -92,6 +95,8 @@ class Reconciler:
         self.bindings.stop()
         self.namespaces.stop()
         self.queue.shutdown()
+        for worker in self.workers:  # let a pass or a push in flight finish
+            worker.join(timeout=STOP_GRACE_SECONDS)
         for sync in self.syncs.values():
             sync.stop()
 

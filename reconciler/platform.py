@@ -6,6 +6,7 @@ what leaves Git is pruned, and nothing else on the Control Plane is ever touched
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +16,14 @@ from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Checkout, Credentials
 from klutch_gitops.kube import Kube, KubeError, Resource
 from klutch_gitops.manifests import Identity, Rejection
+from klutch_gitops.urls import normalize_repo_url
 from klutch_gitops.yamlsafe import YamlError, load_documents
 from reconciler.desired import Limits
 
 log = logging.getLogger(__name__)
 
+# The label's value names the source (repository, branch, path), so two platform repositories on
+# one Control Plane never prune each other's objects.
 PLATFORM_LABEL = "gitops.klutch.anynines.com/platform"
 TEMPLATE_NAMESPACE = "crossplane-system"
 KINDS = {
@@ -60,7 +64,15 @@ class PlatformObject:
     document: int
 
 
-def platform_objects(root: Path, path: str) -> tuple[list[PlatformObject], list[Rejection]]:
+def source_id(spec: PlatformSpec) -> str:
+    """A label value for one platform source: stable, short, and free of URL characters."""
+    key = f"{normalize_repo_url(spec.url)}#{spec.branch}#{spec.path.strip('/') or '.'}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def platform_objects(
+    root: Path, path: str, label: str
+) -> tuple[list[PlatformObject], list[Rejection]]:
     """Accepted platform documents under ``path``, and why the others were refused."""
     accepted: list[PlatformObject] = []
     rejections: list[Rejection] = []
@@ -100,7 +112,7 @@ def platform_objects(root: Path, path: str) -> tuple[list[PlatformObject], list[
             meta = dict(body.get("metadata") or {})
             if resource.namespaced:
                 meta.setdefault("namespace", TEMPLATE_NAMESPACE)
-            meta["labels"] = {**(meta.get("labels") or {}), PLATFORM_LABEL: "true"}
+            meta["labels"] = {**(meta.get("labels") or {}), PLATFORM_LABEL: label}
             body["metadata"] = meta
             accepted.append(PlatformObject(resource, body, relative, document.index))
     return accepted, rejections
@@ -113,6 +125,7 @@ class PlatformSync:
         self.spec = spec
         self.admin = admin
         self.checkout = Checkout.open_or_clone(spec.url, spec.branch, directory, credentials)
+        self.label = source_id(spec)
         self.needs_fetch = True
 
     def sync(self) -> PlatformResult:
@@ -120,7 +133,7 @@ class PlatformSync:
         if self.needs_fetch or self.checkout.head is None:
             self.needs_fetch = False
             self.checkout.fetch()
-        accepted, rejections = platform_objects(self.checkout.root, self.spec.path)
+        accepted, rejections = platform_objects(self.checkout.root, self.spec.path, self.label)
         failures: list[str] = []
         wanted: set[tuple[str, str, str, str]] = set()
         for item in accepted:
@@ -166,7 +179,9 @@ class PlatformSync:
         pruned = 0
         for resource in KINDS.values():
             try:
-                items, _ = self.admin.list(resource, label_selector=f"{PLATFORM_LABEL}=true")
+                items, _ = self.admin.list(
+                    resource, label_selector=f"{PLATFORM_LABEL}={self.label}"
+                )
             except KubeError as error:
                 if error.not_found:
                     continue  # the API is not installed: nothing of ours can exist

@@ -25,7 +25,7 @@ from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler import objects
 from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
-from reconciler.platform import PLATFORM_LABEL
+from reconciler.platform import PLATFORM_LABEL, source_id
 from reconciler.writeback import TRAILER_RECONCILER
 
 from .gitops import POSTGRES, Tenant, claim, eventually, git, make_tenant
@@ -439,7 +439,9 @@ def test_platform_repository_applies_templates_and_prunes(
             lambda group=group, name=name: admin.get(TEMPLATES[group], namespace, name),
             f"the {group} template on the Control Plane",
         )
-        assert live["metadata"]["labels"][PLATFORM_LABEL] == "true"
+        assert live["metadata"]["labels"][PLATFORM_LABEL] == source_id(
+            PlatformSpec(url=f"file://{remote}")
+        )
     assert admin.get(CONFIG_MAPS, namespace, f"not-platform-{suffix}") is None
 
     push(clone, {"templates/apis.yaml": platform_file(namespace, suffix, False)}, "retire one")
