@@ -10,7 +10,7 @@ SETUP  := $(VENV)/.setup-done
 DEBIAN_PACKAGES := slapd
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debian-packages bins run down status test unit integration lint format clean
+.PHONY: setup debian-packages bins run down status test unit integration bench lint format clean
 
 $(SETUP): pyproject.toml
 	@test -x /usr/sbin/slapd || $(MAKE) --no-print-directory debian-packages
@@ -46,6 +46,9 @@ unit: setup
 
 integration: bins
 	$(BIN)/pytest -m integration
+
+bench: bins            ## reconciler benchmarks on a dedicated local stack (bench/README.md)
+	$(BIN)/python -m bench.reconciler
 
 lint: setup
 	$(BIN)/ruff check .
