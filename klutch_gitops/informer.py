@@ -107,6 +107,8 @@ class Informer:
         return resource_version
 
     def _apply(self, event_type: str, obj: dict) -> None:
+        # managedFields are most of an object's size and nothing here reads them
+        obj.get("metadata", {}).pop("managedFields", None)
         with self._lock:
             if event_type == "DELETED":
                 self.cache.pop(object_key(obj), None)

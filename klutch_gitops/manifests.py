@@ -59,6 +59,7 @@ class Claim:
     api_version: str
     body: Mapping[str, Any]
     location: Location
+    git_status: Mapping[str, Any] | None = None  # the status the document holds in Git
 
 
 @dataclass(frozen=True)

@@ -493,7 +493,14 @@ def _claim(obj: dict[str, Any], location: Location) -> Claim:
     """The document as the object to apply: without status and the fields the server owns."""
     body = {key: value for key, value in obj.items() if key != "status"}
     body["metadata"] = {k: v for k, v in obj["metadata"].items() if k not in SERVER_METADATA}
-    return Claim(Identity.of(obj), obj["apiVersion"], body, location)
+    status = obj.get("status")
+    return Claim(
+        Identity.of(obj),
+        obj["apiVersion"],
+        body,
+        location,
+        status if isinstance(status, Mapping) else None,
+    )
 
 
 def _first_definitions(claims: list[Claim]) -> tuple[list[Claim], list[Rejection]]:

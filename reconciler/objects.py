@@ -79,9 +79,10 @@ def control_plane_object(claim: Claim, namespace: str) -> dict[str, Any]:
     body["metadata"] = {
         "name": meta["name"],
         "namespace": namespace,
-        "labels": _own(meta.get("labels")),
         "annotations": {**_own(meta.get("annotations")), BOUND_ANNOTATION: "true"},
     }
+    if labels := _own(meta.get("labels")):
+        body["metadata"]["labels"] = labels
     return body
 
 
@@ -102,8 +103,10 @@ def needs_apply(desired: Mapping[str, Any], live: Mapping[str, Any] | None) -> b
 
 def _subset(want: Any, have: Any) -> bool:
     if isinstance(want, Mapping):
+        # the API server drops empty maps and lists: a missing key equals an empty value
         return isinstance(have, Mapping) and all(
-            key in have and _subset(value, have[key]) for key, value in want.items()
+            _subset(value, have[key]) if key in have else value in ({}, [])
+            for key, value in want.items()
         )
     if isinstance(want, list):
         return (

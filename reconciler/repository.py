@@ -378,7 +378,9 @@ class RepositorySync:
                 self.cp_claims[(export.name, target)].get(target, ident.name) if target else None
             )
             statuses.append(
-                ObservedStatus(ident, claim.api_version, (upstream or {}).get("status"))
+                ObservedStatus(
+                    ident, claim.api_version, (upstream or {}).get("status"), claim.location.file
+                )
             )
             if live is None or upstream is None:
                 continue
@@ -451,6 +453,10 @@ class RepositorySync:
                 default=str,
             ).encode()
         ).hexdigest()
+        if self.mode is Mode.INLINE:
+            # the files hold a status already: only what differs needs their parsing and editing
+            in_git = {c.identity: c.git_status for c in desired.claims}
+            statuses = tuple(s for s in statuses if s.status != in_git.get(s.identity))
         self._report = (statuses, summary)
         if fingerprint != self._scheduled_fingerprint:
             self._scheduled_fingerprint = fingerprint

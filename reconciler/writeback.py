@@ -48,6 +48,7 @@ class ObservedStatus:
     identity: Identity
     api_version: str
     status: Mapping[str, Any] | None  # None = no status observed yet
+    file: str | None = None  # where the claim was last seen: looked at first, before a scan
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,9 @@ def source_commit(checkout: Checkout) -> str | None:
 def _inline(tree: Path, base: str, statuses: Sequence[ObservedStatus]) -> dict[str, bytes | None]:
     pending = {observed.identity: observed for observed in statuses}
     changes: dict[str, bytes | None] = {}
-    for file in _yaml_files(tree, base):
+    hinted = {o.file for o in statuses if o.file and (tree / o.file).is_file()}
+    # the claims' own files first: the full scan is only for claims that moved since
+    for file in [*sorted(hinted), *(f for f in _yaml_files(tree, base) if f not in hinted)]:
         if not pending:
             break
         try:

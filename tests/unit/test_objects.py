@@ -65,6 +65,8 @@ def test_needs_apply_ignores_server_defaults_but_sees_changes() -> None:
     assert objects.needs_apply(desired, {**live, "spec": {**live["spec"], "plan": "b"}})
     assert objects.needs_apply(desired, {**live, "spec": {**live["spec"], "list": [1]}})
     assert objects.needs_apply(desired, None)
+    # the server drops empty maps: asking for none is satisfied by their absence
+    assert not objects.needs_apply({**desired, "metadata": {"name": "db", "labels": {}}}, live)
     deleting = {**live, "metadata": {**live["metadata"], "deletionTimestamp": "now"}}
     assert not objects.needs_apply(desired, deleting)
 
