@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from reconciler.writeback import (
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # ("sync" | "writeback", repository name)
+APPLY_CONCURRENCY = 8  # writes in flight per pass; the client's connection pool holds 10
 
 
 def resource_of(export: Export, version: str | None = None) -> Resource:
@@ -258,35 +260,60 @@ class RepositorySync:
         return self.exports[(claim.identity.group, claim.identity.kind)]
 
     def _apply(self, desired: DesiredState, problems: list[Rejection]) -> None:
-        """Server-side apply each claim: App without force (report conflicts), then Control
-        Plane with force (it is our mirror: drift there is reverted)."""
-        for claim in desired.claims:
-            export = self._export(claim)
-            resource = resource_of(export, claim.api_version.rpartition("/")[2])
-            ident = claim.identity
-            informer = self.app_claims.get(export.name)
-            live = informer.get(ident.namespace, ident.name) if informer else None
-            if live is not None and live["metadata"].get("deletionTimestamp"):
-                continue  # finishing a deletion first; the next pass recreates it
-            body = objects.app_object(claim, self.name, self.spec.path, self.head or "", live)
-            if objects.needs_apply(body, live):
-                try:
-                    self.binding.app.apply(resource, body)
-                except KubeError as error:
-                    problems.append(self._problem(claim, error, "App Cluster"))
-                    if live is not None:
-                        self._event(resource, live, "ApplyFailed", error.message)
-                    continue
-            target = self.mapping.get(ident.namespace)
-            if target is None:
-                continue
+        """Server-side apply what differs: App without force (conflicts are reported), then the
+        Control Plane with force (it is our mirror: drift there is reverted).
+
+        Deciding is cheap and done in order; only the writes run concurrently, so an idle pass
+        costs no threads and a cold sync of many claims is not one round-trip at a time.
+        """
+        writes = [write for claim in desired.claims if (write := self._plan(claim))]
+        if len(writes) <= 1:
+            found = [self._write(*write) for write in writes]
+        else:
+            with ThreadPoolExecutor(APPLY_CONCURRENCY, thread_name_prefix="apply") as pool:
+                found = list(pool.map(lambda write: self._write(*write), writes))
+        problems.extend(p for problem in found for p in problem)
+
+    def _plan(self, claim: Claim) -> tuple[Claim, Resource, dict | None, dict | None] | None:
+        """What to write for one claim (App body, Control Plane body), or None if in sync."""
+        export = self._export(claim)
+        resource = resource_of(export, claim.api_version.rpartition("/")[2])
+        ident = claim.identity
+        informer = self.app_claims.get(export.name)
+        live = informer.get(ident.namespace, ident.name) if informer else None
+        if live is not None and live["metadata"].get("deletionTimestamp"):
+            return None  # finishing a deletion first; the next pass recreates it
+        body = objects.app_object(claim, self.name, self.spec.path, self.head or "", live)
+        app_body = body if objects.needs_apply(body, live) else None
+        target = self.mapping.get(ident.namespace)
+        cp_body = None
+        if target is not None:
             upstream = self.cp_claims[(export.name, target)].get(target, ident.name)
             copy = objects.control_plane_object(claim, target)
-            if objects.needs_apply(copy, upstream):
-                try:
-                    self.binding.control_plane.apply(resource, copy, force=True)
-                except KubeError as error:
-                    problems.append(self._problem(claim, error, "Control Plane"))
+            cp_body = copy if objects.needs_apply(copy, upstream) else None
+        if app_body is None and cp_body is None:
+            return None
+        return claim, resource, app_body, cp_body
+
+    def _write(
+        self, claim: Claim, resource: Resource, app_body: dict | None, cp_body: dict | None
+    ) -> list[Rejection]:
+        if app_body is not None:
+            try:
+                self.binding.app.apply(resource, app_body)
+            except KubeError as error:
+                ident = claim.identity
+                informer = self.app_claims.get(f"{resource.plural}.{resource.group}")
+                live = informer.get(ident.namespace, ident.name) if informer else None
+                if live is not None:
+                    self._event(resource, live, "ApplyFailed", error.message)
+                return [self._problem(claim, error, "App Cluster")]
+        if cp_body is not None:
+            try:
+                self.binding.control_plane.apply(resource, cp_body, force=True)
+            except KubeError as error:
+                return [self._problem(claim, error, "Control Plane")]
+        return []
 
     def _problem(self, claim: Claim, error: KubeError, where: str) -> Rejection:
         fix = {
