@@ -420,10 +420,11 @@ class RepositorySync:
         return tuple(statuses)
 
     def _copy_secrets(self, claim: Claim, live: dict, target: str | None) -> None:
-        if target is None or target not in self.cp_secrets:
-            return
+        upstream_cache = self.cp_secrets.get(target or "")
+        if upstream_cache is None or not upstream_cache.synced.is_set():
+            return  # an unfilled cache would look like deleted credentials
         for name in objects.credential_secret_names(claim.body):
-            upstream = self.cp_secrets[target].get(target, name)
+            upstream = upstream_cache.get(target or "", name)
             current = self.app_secrets.get(claim.identity.namespace, name)
             if upstream is None:
                 if current is not None:
@@ -438,15 +439,22 @@ class RepositorySync:
                 self.binding.app.apply(SECRETS, wanted, force=True)
 
     def _drop_orphan_secrets(self, desired: DesiredState) -> None:
-        wanted = {
-            (c.identity.namespace, n)
+        """Drop a copied Secret its claim no longer names. A Secret whose claim is gone goes
+        with it (ownerReference); one whose claim was only rejected stays, like the claim."""
+        named = {
+            (
+                c.identity.namespace,
+                c.identity.kind,
+                c.identity.name,
+            ): objects.credential_secret_names(c.body)
             for c in desired.claims
-            for n in objects.credential_secret_names(c.body)
         }
         for secret in self.app_secrets.items():
             meta = secret["metadata"]
-            if (meta["namespace"], meta["name"]) not in wanted:
-                self.binding.app.delete(SECRETS, meta["namespace"], meta["name"])
+            for owner in meta.get("ownerReferences") or []:
+                wanted = named.get((meta["namespace"], owner["kind"], owner["name"]))
+                if wanted is not None and meta["name"] not in wanted:
+                    self.binding.app.delete(SECRETS, meta["namespace"], meta["name"])
 
     # -- write-back -------------------------------------------------------------------------
 

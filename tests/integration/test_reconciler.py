@@ -459,6 +459,18 @@ def test_a_broken_document_never_deletes_its_live_claim(tenant: Tenant) -> None:
             lambda name=name: tenant.control_plane.get(POSTGRES, tenant.mapped, name),
             f"{name} upstream",
         )
+    tenant.control_plane.apply(
+        SECRETS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "typo-conn", "namespace": tenant.mapped},
+            "data": {"password": base64.b64encode(b"pw").decode()},
+        },
+        field_manager="provider",
+        force=True,
+    )
+    eventually(lambda: tenant.app.get(SECRETS, tenant.namespace, "typo-conn"), "credentials")
     tenant.push(
         {
             "claims/a.yaml": claim("typo", tenant.namespace, plan="postgresql-jumbo"),
@@ -480,3 +492,4 @@ def test_a_broken_document_never_deletes_its_live_claim(tenant: Tenant) -> None:
         assert live is not None
         assert not live["metadata"].get("deletionTimestamp"), name
         assert tenant.control_plane.get(POSTGRES, tenant.mapped, name) is not None
+    assert tenant.app.get(SECRETS, tenant.namespace, "typo-conn") is not None  # nor credentials
