@@ -158,3 +158,34 @@ def make_tenant(
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def ready_status(generation: int = 1) -> dict:
+    return {
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Available",
+                "lastTransitionTime": "2026-11-21T10:00:00Z",
+            }
+        ],
+        "observedGeneration": generation,
+        "host": "db.example",
+    }
+
+
+def report_ready(tenant: Tenant, name: str) -> None:
+    """What a provider does: write Ready into the Control Plane copy's status."""
+    tenant.control_plane.apply(
+        POSTGRES,
+        {
+            "apiVersion": "anynines.com/v1",
+            "kind": "PostgresqlInstance",
+            "metadata": {"name": name, "namespace": tenant.mapped},
+            "status": ready_status(),
+        },
+        field_manager="provider",
+        force=True,
+        subresource="status",
+    )

@@ -16,7 +16,16 @@ import yaml
 from klutch_gitops.kube import EVENTS, SECRETS, KubeError
 from reconciler import objects
 
-from .gitops import POSTGRES, WEBHOOK_SECRET, Tenant, claim, eventually, git, make_tenant
+from .gitops import (
+    POSTGRES,
+    WEBHOOK_SECRET,
+    Tenant,
+    claim,
+    eventually,
+    git,
+    make_tenant,
+    report_ready,
+)
 
 
 @pytest.fixture
@@ -24,37 +33,6 @@ def tenant(stack, clusters, tmp_path: Path) -> Iterator[Tenant]:
     world = make_tenant(stack, clusters, tmp_path)
     yield world
     world.reconciler.stop()
-
-
-def ready_status(generation: int = 1) -> dict:
-    return {
-        "conditions": [
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "Available",
-                "lastTransitionTime": "2026-11-21T10:00:00Z",
-            }
-        ],
-        "observedGeneration": generation,
-        "host": "db.example",
-    }
-
-
-def report_ready(tenant: Tenant, name: str) -> None:
-    """What a provider does: write Ready into the Control Plane copy's status."""
-    tenant.control_plane.apply(
-        POSTGRES,
-        {
-            "apiVersion": "anynines.com/v1",
-            "kind": "PostgresqlInstance",
-            "metadata": {"name": name, "namespace": tenant.mapped},
-            "status": ready_status(),
-        },
-        field_manager="provider",
-        force=True,
-        subresource="status",
-    )
 
 
 def test_claim_reaches_both_clusters_and_status_comes_back_to_git(tenant: Tenant) -> None:

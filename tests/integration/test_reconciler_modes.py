@@ -28,7 +28,15 @@ from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
 from reconciler.platform import PLATFORM_LABEL, source_id
 from reconciler.writeback import TRAILER_RECONCILER
 
-from .gitops import POSTGRES, Tenant, claim, eventually, git, make_tenant
+from .gitops import (
+    POSTGRES,
+    Tenant,
+    claim,
+    eventually,
+    git,
+    make_tenant,
+    report_ready,
+)
 
 HUMAN = "Human Developer"
 BOT = "klutch-gitops[bot]"
@@ -136,37 +144,6 @@ def never(check: Callable[[], Any], what: str, seconds: float = 3.0) -> None:
     while time.monotonic() < deadline:
         assert not check(), what
         time.sleep(0.2)
-
-
-def ready_status() -> dict:
-    return {
-        "conditions": [
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "Available",
-                "lastTransitionTime": "2026-11-21T10:00:00Z",
-            }
-        ],
-        "observedGeneration": 1,
-        "host": "db.example",
-    }
-
-
-def report_ready(tenant: Tenant, name: str) -> None:
-    """What a provider does: set the Control Plane copy's status with its own field manager."""
-    tenant.control_plane.apply(
-        POSTGRES,
-        {
-            "apiVersion": "anynines.com/v1",
-            "kind": "PostgresqlInstance",
-            "metadata": {"name": name, "namespace": tenant.mapped},
-            "status": ready_status(),
-        },
-        field_manager="provider",
-        force=True,
-        subresource="status",
-    )
 
 
 def claims_of(kube: Kube, namespace: str, selector: str | None = None) -> list[str]:
