@@ -47,12 +47,9 @@ def render(
                 "id": CLI_CLIENT,
                 "name": "klutch-bind CLI",
                 "public": True,
-                # Dex completes the device flow through its own /device/callback
-                "redirectURIs": [
-                    "/device/callback",
-                    "http://127.0.0.1/callback",
-                    "http://localhost/callback",
-                ],
+                # No registered redirect URIs: Dex then accepts the device flow's own
+                # /device/callback and http://localhost on any port, the loopback redirect of
+                # RFC 8252 that the CLI's one-shot callback server needs.
             },
         ],
     }
