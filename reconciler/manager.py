@@ -264,8 +264,8 @@ class Reconciler:
 
     def run_once(self, timeout: float = 60.0) -> list[str]:
         """Sync every registration until it settles, write status back once; return failures."""
-        self.namespaces.start()
         install_crds(self.admin.api, load_crds(cluster="control-plane"))
+        self.namespaces.start()
         failures = []
         for spec in self.config.repositories:
             try:
@@ -283,7 +283,13 @@ class Reconciler:
                 while not sync.settled() and time.monotonic() < deadline:
                     time.sleep(0.5)
                     sync.sync()
-                sync.write_back()
+                if sync.settled():
+                    sync.write_back()
+                else:
+                    failures.append(
+                        f"{spec.name}: did not settle within {timeout:.0f}s "
+                        "(namespace mapping or caches still pending)"
+                    )
                 sync.stop()
             except (KlutchError, KubeError) as error:
                 failures.append(f"{spec.name}: {error}")
