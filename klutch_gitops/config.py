@@ -102,7 +102,7 @@ class Config:
     bot: Bot = field(default_factory=Bot)
 
 
-class _Reader:
+class FieldReader:
     """Walks a parsed document, collecting every problem as ``path: message (fix)``."""
 
     def __init__(self, origin: str, base: Path) -> None:
@@ -294,7 +294,7 @@ REPOSITORY_FIELDS = {
 }
 
 
-def read_repository(reader: _Reader, data: Any, where: str) -> RepositorySpec | None:
+def read_repository(reader: FieldReader, data: Any, where: str) -> RepositorySpec | None:
     data = reader.mapping(data, where, REPOSITORY_FIELDS)
     before = len(reader.problems)
     name = reader.string(
@@ -362,7 +362,7 @@ def read_repository(reader: _Reader, data: Any, where: str) -> RepositorySpec | 
 
 def parse_config(text: str, origin: str, base: Path) -> Config:
     """Parse and validate; raise one KlutchError listing every problem found."""
-    reader = _Reader(origin, base)
+    reader = FieldReader(origin, base)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -466,7 +466,7 @@ def from_repository_binding(obj: Mapping[str, Any]) -> RepositorySpec:
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace", "")
     spec = dict(obj.get("spec") or {})
-    reader = _Reader(f"RepositoryBinding {namespace}/{meta.get('name')}", Path("/"))
+    reader = FieldReader(f"RepositoryBinding {namespace}/{meta.get('name')}", Path("/"))
     entry = {
         "name": f"{namespace}.{meta.get('name')}"[:63].rstrip("-."),
         "url": spec.get("url"),

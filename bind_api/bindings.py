@@ -1,0 +1,436 @@
+"""Bindings: everything one consumer gets on the Control Plane, created and removed as one unit.
+
+``bind`` applies the consumer's namespace, ServiceAccount and RBAC (``bind_api.consumer``), an
+APIServiceExportRequest per requested API answered with an APIServiceExport (a snapshot of the
+Control Plane CRD the template selects), the ClusterBinding ``cluster`` and — for a repository —
+a RepositoryBinding for the reconciler with its credentials in Secrets. Every object has a stable
+name and is applied server-side, so binding again returns the same result.
+
+``unbind`` deletes the consumer namespace. Its APIServiceNamespaces carry the namespace
+controller's finalizer, so the mapped namespaces (and the claims in them) go with it; Klutch leaves
+all of this behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from bind_api.consumer import (
+    FIELD_MANAGER,
+    IDENTITY_ANNOTATION,
+    binder_kubeconfig,
+    consumer_objects,
+    export_from_crd,
+)
+from bind_api.consumer import consumer_namespace as consumer_namespace_name
+from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, CONSUMER_LABEL, GROUP
+from klutch_gitops.errors import KlutchError
+from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource
+from reconciler.manager import REPOSITORY_BINDINGS
+
+EXPORT_REQUESTS = Resource(GROUP, "v1alpha1", "apiserviceexportrequests", "APIServiceExportRequest")
+CLUSTER_BINDINGS = Resource(GROUP, "v1alpha1", "clusterbindings", "ClusterBinding")
+TEMPLATES = (
+    Resource(
+        "example-backend.klutch.anynines.com",
+        "v1alpha1",
+        "apiserviceexporttemplates",
+        "APIServiceExportTemplate",
+    ),
+    Resource(GROUP, "v1alpha1", "apiserviceexporttemplates", "APIServiceExportTemplate"),
+)
+BINDER_SECRET = "klutch-binder-kubeconfig"  # noqa: S105 - a Secret's name, not a password
+SOURCE_HASH_ANNOTATION = "klutch.anynines.com/source-spec-hash"
+PROVIDER_PRETTY_NAME = "klutch-gitops"
+SUCCEEDED, FAILED = "Succeeded", "Failed"
+
+
+@dataclass(frozen=True)
+class Repository:
+    """The application repository the reconciler follows; credentials only ever go to a Secret."""
+
+    url: str
+    app_namespaces: tuple[str, ...]
+    branch: str = "main"
+    path: str = "."
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ssh_private_key: str | None = field(default=None, repr=False)
+    known_hosts: str | None = None
+
+
+@dataclass(frozen=True)
+class BindingRequest:
+    """Who binds (OIDC ``sub``), from which App Cluster, which APIs, and optionally a repository."""
+
+    identity: str
+    cluster_id: str
+    apis: tuple[str, ...]
+    repository: Repository | None = None
+    app_kubeconfig: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class BindingResult:
+    consumer_namespace: str
+    exports: tuple[str, ...]
+    phases: dict[str, str]
+    repository_binding: str | None
+    kubeconfig: str = field(repr=False)
+
+
+# -- templates --------------------------------------------------------------------------------
+
+
+def template_api(template: Mapping[str, Any]) -> str:
+    """``<resource>.<group>`` of the API a template offers."""
+    selector = (template.get("spec") or {}).get("APIServiceSelector") or {}
+    return f"{selector.get('resource', '')}.{selector.get('group', '')}"
+
+
+def offered(templates: Iterable[dict]) -> dict[str, dict]:
+    """The template of every API offered; the first by namespace and name wins, so the pick is
+    stable."""
+    by_api: dict[str, dict] = {}
+    for template in sorted(
+        templates, key=lambda t: (t["metadata"].get("namespace", ""), t["metadata"]["name"])
+    ):
+        by_api.setdefault(template_api(template), template)
+    return by_api
+
+
+def match_templates(templates: Iterable[dict], apis: Iterable[str]) -> dict[str, dict]:
+    """The template for each requested API, or one error naming what is not offered."""
+    by_api = offered(templates)
+    missing = [api for api in apis if api not in by_api]
+    if missing:
+        raise KlutchError(
+            f"no APIServiceExportTemplate offers {', '.join(missing)}; "
+            f"offered: {', '.join(sorted(by_api)) or 'none'}",
+            "request one of the offered APIs, or ask the platform team to add a template",
+        )
+    return {api: by_api[api] for api in apis}
+
+
+def list_templates(admin: Kube, namespace: str | None = None) -> list[dict]:
+    """Templates of both groups, in ``namespace`` or everywhere."""
+    templates: list[dict] = []
+    for resource in TEMPLATES:
+        try:
+            templates += admin.list(resource, namespace)[0]
+        except KubeError as error:
+            if not error.not_found:  # a group whose CRD is not installed offers nothing
+                raise
+    return templates
+
+
+def find_templates(
+    admin: Kube, apis: Iterable[str], namespace: str | None = None
+) -> dict[str, dict]:
+    """Templates of both groups (in ``namespace``, or all), keyed by the requested API."""
+    return match_templates(list_templates(admin, namespace), list(apis))
+
+
+# -- pure builders ----------------------------------------------------------------------------
+
+
+def export_request(namespace: str, template: Mapping[str, Any]) -> dict[str, Any]:
+    """An APIServiceExportRequest named ``<resource>.<group>``, as the template describes it."""
+    spec = template.get("spec") or {}
+    selector = spec["APIServiceSelector"]
+    return {
+        "apiVersion": EXPORT_REQUESTS.api_version,
+        "kind": "APIServiceExportRequest",
+        "metadata": {"name": template_api(template), "namespace": namespace},
+        "spec": {
+            "resources": [
+                {
+                    "group": selector["group"],
+                    "resource": selector["resource"],
+                    "versions": [selector["version"]] if selector.get("version") else [],
+                    "permissionClaims": list(spec.get("permissionClaims") or []),
+                }
+            ]
+        },
+    }
+
+
+def missing_crd(template: Mapping[str, Any], crd: Mapping[str, Any] | None) -> str | None:
+    """Why the template's API cannot be exported, or None when it can."""
+    api = template_api(template)
+    if crd is None:
+        return f"CustomResourceDefinition {api} does not exist on the Control Plane"
+    version = template["spec"]["APIServiceSelector"].get("version")
+    served = [v["name"] for v in crd["spec"]["versions"] if v.get("served")]
+    if version and version not in served:
+        return f"CustomResourceDefinition {api} does not serve {version} (served: {served})"
+    return None
+
+
+def export_object(
+    namespace: str, template: Mapping[str, Any], crd: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The APIServiceExport: the CRD snapshot with the template's permission claims."""
+    spec = export_from_crd(crd, (template.get("spec") or {}).get("permissionClaims") or [])
+    digest = hashlib.sha256(json.dumps(crd["spec"], sort_keys=True).encode()).hexdigest()
+    return {
+        "apiVersion": API_SERVICE_EXPORTS.api_version,
+        "kind": "APIServiceExport",
+        "metadata": {
+            "name": crd["metadata"]["name"],
+            "namespace": namespace,
+            "annotations": {SOURCE_HASH_ANNOTATION: digest},
+        },
+        "spec": spec,
+    }
+
+
+def request_status(name: str, namespace: str, problem: str | None, now: str) -> dict[str, Any]:
+    """Status of an export request: Succeeded, or Failed with a terminal message."""
+    ready = {
+        "type": "Ready",
+        "status": "False" if problem else "True",
+        "reason": "CRDMissing" if problem else "Exported",
+        "message": problem or f"APIServiceExport {name} exists",
+        "lastTransitionTime": now,
+    }
+    status: dict[str, Any] = {
+        "phase": FAILED if problem else SUCCEEDED,
+        "conditions": [{**ready, "type": "ExportsReady"}, ready],
+    }
+    if problem:
+        status["terminalMessage"] = problem
+    return {
+        "apiVersion": EXPORT_REQUESTS.api_version,
+        "kind": "APIServiceExportRequest",
+        "metadata": {"name": name, "namespace": namespace},
+        "status": status,
+    }
+
+
+def secret(namespace: str, name: str, values: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(values.items())},
+    }
+
+
+def cluster_binding(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": CLUSTER_BINDINGS.api_version,
+        "kind": "ClusterBinding",
+        "metadata": {"name": "cluster", "namespace": namespace},
+        "spec": {
+            "kubeconfigSecretRef": {"name": BINDER_SECRET, "key": "kubeconfig"},
+            "providerPrettyName": PROVIDER_PRETTY_NAME,
+        },
+    }
+
+
+def repository_binding_name(url: str, path: str) -> str:
+    """Readable and stable: the repository's last URL segment plus a hash of URL and path.
+
+    Kept to 40 characters, so ``<consumer namespace>.<name>`` still fits the reconciler's 63.
+    """
+    base = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1].removesuffix(".git")
+    slug = re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")[:31].strip("-") or "repo"
+    digest = hashlib.sha256(f"{url}#{path}".encode()).hexdigest()[:8]
+    return f"{slug}-{digest}"
+
+
+def git_credentials(repository: Repository) -> dict[str, str]:
+    """The Secret keys the reconciler reads: username/password, or ssh-privatekey/known_hosts."""
+    values = {
+        "username": repository.username,
+        "password": repository.password,
+        "ssh-privatekey": repository.ssh_private_key,
+        "known_hosts": repository.known_hosts,
+    }
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def repository_objects(
+    namespace: str, repository: Repository, app_kubeconfig: str
+) -> list[tuple[Resource, dict[str, Any]]]:
+    """The RepositoryBinding and its Secrets: App kubeconfig and, when given, Git credentials."""
+    name = repository_binding_name(repository.url, repository.path)
+    spec: dict[str, Any] = {
+        "url": repository.url,
+        "branch": repository.branch,
+        "path": repository.path,
+        "appNamespaces": list(repository.app_namespaces),
+        "appCluster": {"kubeconfigSecretRef": {"name": f"{name}-app-kubeconfig"}},
+        "controlPlane": {"kubeconfigSecretRef": {"name": BINDER_SECRET}},
+    }
+    objects = [
+        (
+            SECRETS,
+            secret(namespace, f"{name}-app-kubeconfig", {"kubeconfig": app_kubeconfig}),
+        )
+    ]
+    if credentials := git_credentials(repository):
+        objects.append((SECRETS, secret(namespace, f"{name}-git", credentials)))
+        spec["credentialsSecretRef"] = {"name": f"{name}-git"}
+    binding = {
+        "apiVersion": REPOSITORY_BINDINGS.api_version,
+        "kind": "RepositoryBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+    return [*objects, (REPOSITORY_BINDINGS, binding)]
+
+
+# -- I/O --------------------------------------------------------------------------------------
+
+
+def bind(
+    admin: Kube,
+    request: BindingRequest,
+    *,
+    prefix: str = "cluster",
+    template_namespace: str | None = None,
+) -> BindingResult:
+    """Create or update everything the binding consists of; binding again changes nothing."""
+    if request.repository is not None and not request.app_kubeconfig:
+        raise KlutchError(
+            "a repository binding needs the App Cluster kubeconfig",
+            "pass the kubeconfig the reconciler should use for the App Cluster",
+        )
+    templates = find_templates(admin, request.apis, template_namespace)
+    namespace = consumer_namespace_name(request.identity, request.cluster_id, prefix)
+    identity = f"{request.identity}#{request.cluster_id}"
+    _apply_all(admin, consumer_objects(namespace, identity, ()))
+    phases = {api: _export(admin, namespace, template) for api, template in templates.items()}
+    kubeconfig = yaml.safe_dump(binder_kubeconfig(admin, namespace), sort_keys=False)
+    objects = [
+        (SECRETS, secret(namespace, BINDER_SECRET, {"kubeconfig": kubeconfig})),
+        (CLUSTER_BINDINGS, cluster_binding(namespace)),
+    ]
+    repository_binding = None
+    if request.repository is not None and request.app_kubeconfig:
+        objects += repository_objects(namespace, request.repository, request.app_kubeconfig)
+        repository_binding = objects[-1][1]["metadata"]["name"]
+    _apply_all(admin, objects)
+    return BindingResult(
+        consumer_namespace=namespace,
+        exports=tuple(api for api, phase in phases.items() if phase == SUCCEEDED),
+        phases=phases,
+        repository_binding=repository_binding,
+        kubeconfig=kubeconfig,
+    )
+
+
+def _export(admin: Kube, namespace: str, template: dict) -> str:
+    """Apply the request, answer it with an export (or without one), and return its phase."""
+    body = export_request(namespace, template)
+    name = body["metadata"]["name"]
+    live = admin.get(EXPORT_REQUESTS, namespace, name)
+    if live is not None and _resources(live) != _resources(body):
+        admin.delete(EXPORT_REQUESTS, namespace, name)  # spec.resources is immutable
+        _wait_gone(admin, EXPORT_REQUESTS, namespace, name, 30)
+        live = None
+    live = admin.apply(EXPORT_REQUESTS, body, field_manager=FIELD_MANAGER, force=True)
+    crd = admin.get(CRDS, None, name)
+    problem = missing_crd(template, crd)
+    if problem is None and crd is not None:
+        admin.apply(
+            API_SERVICE_EXPORTS,
+            export_object(namespace, template, crd),
+            field_manager=FIELD_MANAGER,
+            force=True,
+        )
+    else:
+        admin.delete(API_SERVICE_EXPORTS, namespace, name)  # a stale export would still serve
+    status = live.get("status") or {}
+    if status.get("phase") != (FAILED if problem else SUCCEEDED) or (
+        status.get("terminalMessage") != problem
+    ):
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        admin.apply(
+            EXPORT_REQUESTS,
+            request_status(name, namespace, problem, now),
+            field_manager=FIELD_MANAGER,
+            force=True,
+            subresource="status",
+        )
+    return FAILED if problem else SUCCEEDED
+
+
+def _resources(request: Mapping[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """What identifies a request's APIs (claims get server defaults, so they are left out)."""
+    return [
+        (r.get("group", ""), r["resource"], tuple(r.get("versions") or ()))
+        for r in (request.get("spec") or {}).get("resources") or []
+    ]
+
+
+def _apply_all(admin: Kube, objects: Iterable[tuple[Resource, dict[str, Any]]]) -> None:
+    for resource, body in objects:
+        admin.apply(resource, body, field_manager=FIELD_MANAGER, force=True)
+
+
+def unbind(admin: Kube, consumer_namespace: str, timeout: float = 120.0) -> None:
+    """Delete the consumer namespace and wait until it and its mapped namespaces are gone.
+
+    Only a namespace that ``bind`` made (it carries the identity annotation) is deleted. The
+    namespace controller's finalizer on each APIServiceNamespace deletes the mapped namespace
+    first; when that does not happen in time, the error names what remains.
+    """
+    namespace = admin.get(NAMESPACES, None, consumer_namespace)
+    if namespace is None:
+        return
+    if IDENTITY_ANNOTATION not in (namespace["metadata"].get("annotations") or {}):
+        raise KlutchError(
+            f"namespace {consumer_namespace} has no {IDENTITY_ANNOTATION}: not a consumer's",
+            "pass the consumer namespace that bind returned",
+        )
+    admin.delete(NAMESPACES, None, consumer_namespace)
+    deadline = time.monotonic() + timeout
+    while remaining := _remaining(admin, consumer_namespace):
+        if time.monotonic() > deadline:
+            raise KlutchError(
+                f"unbinding {consumer_namespace} did not finish in {timeout:.0f}s; "
+                f"remaining: {', '.join(remaining)}",
+                "check that the APIServiceNamespace controller runs (its finalizer deletes the "
+                "mapped namespaces), then unbind again",
+            )
+        time.sleep(0.5)
+
+
+def _remaining(admin: Kube, consumer: str) -> list[str]:
+    """The consumer namespace, its mapped namespaces and mappings that still exist."""
+    left = [f"namespace {consumer}"] if admin.get(NAMESPACES, None, consumer) else []
+    mapped, _ = admin.list(NAMESPACES, label_selector=f"{CONSUMER_LABEL}={consumer}")
+    left += [f"namespace {n['metadata']['name']}" for n in mapped]
+    if left:
+        try:
+            mappings, _ = admin.list(API_SERVICE_NAMESPACES, consumer)
+        except KubeError as error:
+            if not error.not_found:
+                raise
+            mappings = []
+        left += [f"APIServiceNamespace {consumer}/{m['metadata']['name']}" for m in mappings]
+    return left
+
+
+def _wait_gone(admin: Kube, resource: Resource, namespace: str, name: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while admin.get(resource, namespace, name) is not None:
+        if time.monotonic() > deadline:
+            raise KlutchError(
+                f"{resource.kind} {namespace}/{name} was not deleted in {timeout:.0f}s",
+                f"check its finalizers: kubectl get {resource.plural} -n {namespace} {name}",
+            )
+        time.sleep(0.2)
