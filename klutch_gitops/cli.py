@@ -103,6 +103,19 @@ def _reconcile_until_signal(config: Path) -> None:
     reconciler.stop()
 
 
+@app.command("bind-api")
+def bind_api(
+    config: Annotated[Path, typer.Option("--config", "-c", help="The bind API's config file")],
+    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+) -> None:
+    """The bind API: OIDC-authenticated bindings of App Clusters and repositories."""
+    from bind_api.server import serve
+    from klutch_gitops import logs
+
+    logs.configure(log_level)
+    serve(config)
+
+
 @app.command()
 def version() -> None:
     """Print the version."""
@@ -146,6 +159,8 @@ def dev_run(
     state_dir: StateDir, log_level: Annotated[str, typer.Option("--log-level")] = "info"
 ) -> None:
     """The whole product on the local stack: start it, seed example repositories, reconcile."""
+    from bind_api.config import load_bind_api_config
+    from bind_api.server import serve_in_background
     from klutch_gitops import logs
     from reconciler.demo import TEAM, seed
 
@@ -157,6 +172,7 @@ def dev_run(
     app_kubeconfig = result.info.clusters["app"].kubeconfig
     cp_kubeconfig = result.info.clusters["control-plane"].kubeconfig
     out.print(f"""
+bind API              {demo.bind_api_url}  (config {demo.bind_api_config})
 team-a repository     file://{demo.repositories[TEAM]}
 platform repository   file://{demo.repositories["platform"]}
 reconciler config     {demo.config}
@@ -171,6 +187,7 @@ See it work (in another terminal):
 
 Ctrl-C stops the reconciler; 'klutch-gitops dev down' stops the stack.""")
     logs.configure(log_level)
+    serve_in_background(load_bind_api_config(demo.bind_api_config))
     _reconcile_until_signal(demo.config)
 
 

@@ -32,6 +32,8 @@ class Demo:
     config: Path
     repositories: dict[str, Path]  # name -> bare repository
     listen: str
+    bind_api_config: Path
+    bind_api_url: str
 
 
 def _git(cwd: Path, *args: str) -> None:
@@ -122,4 +124,27 @@ def seed(info: StackInfo) -> Demo:
             sort_keys=False,
         )
     )
-    return Demo(config=config, repositories=repositories, listen=listen)
+    bind_listen = f"127.0.0.1:{free_port()}"
+    bind_api_config = state / "bind-api.yaml"
+    bind_api_config.write_text(
+        yaml.safe_dump(
+            {
+                "controlPlane": {"kubeconfig": info.clusters["control-plane"].kubeconfig},
+                "listen": bind_listen,
+                "oidc": {
+                    "issuer": info.dex.issuer,
+                    "ca": info.dex.ca,
+                    "audiences": [info.dex.cli_client_id, info.dex.automation_client_id],
+                },
+                "defaultAllowedGroups": ["klutch-developers"],
+            },
+            sort_keys=False,
+        )
+    )
+    return Demo(
+        config=config,
+        repositories=repositories,
+        listen=listen,
+        bind_api_config=bind_api_config,
+        bind_api_url=f"http://{bind_listen}",
+    )

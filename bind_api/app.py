@@ -1,0 +1,203 @@
+"""The bind API's JSON interface for the CLI and automation, behind OIDC bearer tokens.
+
+Every request is authenticated by ``OIDCVerifier`` (401 for any bad token, 503 when the issuer is
+unreachable), every binding is authorised per API by the caller's groups (403 with the reason),
+and a caller only ever sees and deletes their own bindings: a consumer namespace belongs to the
+OIDC subject recorded in its identity annotation.
+"""
+
+import logging
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from pydantic import BaseModel, Field
+
+from bind_api.authz import may_bind
+from bind_api.bindings import (
+    BindingRequest,
+    Repository,
+    bind,
+    find_templates,
+    list_templates,
+    offered,
+    unbind,
+)
+from bind_api.config import BindApiConfig
+from bind_api.consumer import IDENTITY_ANNOTATION
+from bind_api.oidc import IssuerUnavailable, OIDCVerifier, Principal, TokenError
+from klutch_gitops.errors import KlutchError
+from klutch_gitops.kube import NAMESPACES, Kube
+
+log = logging.getLogger(__name__)
+
+
+class RepositoryIn(BaseModel):
+    url: str
+    branch: str = "main"
+    path: str = "."
+    app_namespaces: list[str] = Field(alias="appNamespaces", min_length=1)
+    username: str | None = None
+    password: str | None = Field(default=None, repr=False)
+    ssh_private_key: str | None = Field(default=None, alias="sshPrivateKey", repr=False)
+    known_hosts: str | None = Field(default=None, alias="knownHosts")
+
+
+class BindingIn(BaseModel):
+    cluster_id: str = Field(alias="clusterId", min_length=1, max_length=253)
+    apis: list[str] = Field(min_length=1)
+    repository: RepositoryIn | None = None
+    app_kubeconfig: str | None = Field(default=None, alias="appKubeconfig", repr=False)
+
+
+def create_app(config: BindApiConfig, admin: Kube, verifier: OIDCVerifier) -> FastAPI:
+    app = FastAPI(title="klutch-gitops bind API", docs_url=None, redoc_url=None)
+    registry = CollectorRegistry()
+    requests = Counter(
+        "klutch_bind_requests_total",
+        "Bind API requests by outcome",
+        ["operation", "outcome"],
+        registry=registry,
+    )
+
+    def principal(authorization: Annotated[str | None, Header()] = None) -> Principal:
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise HTTPException(
+                401,
+                "missing bearer token: send Authorization: Bearer <ID token>",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        try:
+            return verifier.verify(token.strip())
+        except IssuerUnavailable as error:
+            raise HTTPException(503, error.message) from None
+        except TokenError as error:
+            raise HTTPException(
+                401, error.message, headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}
+            ) from None
+
+    Caller = Annotated[Principal, Depends(principal)]
+
+    @app.exception_handler(KlutchError)
+    def klutch_error(_request: Any, error: KlutchError) -> JSONResponse:
+        return JSONResponse({"error": error.message, "fix": error.fix}, status_code=400)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/v1/exports")
+    def exports(caller: Caller) -> dict[str, Any]:
+        """Every API offered, and whether the caller may bind it (and why not)."""
+        items = []
+        for api, template in sorted(offered(list_templates(admin)).items()):
+            decision = may_bind(template, api, caller.groups, config.default_allowed_groups)
+            items.append(
+                {
+                    "api": api,
+                    "template": template["metadata"]["name"],
+                    "permissionClaims": template["spec"].get("permissionClaims") or [],
+                    "allowed": decision.allowed,
+                    "reason": decision.reason,
+                }
+            )
+        requests.labels("exports", "ok").inc()
+        return {"exports": items}
+
+    @app.post("/api/v1/bindings", status_code=201)
+    def create_binding(body: BindingIn, caller: Caller) -> dict[str, Any]:
+        templates = find_templates(admin, body.apis)
+        refused = [
+            d.reason
+            for api in body.apis
+            if not (
+                d := may_bind(templates[api], api, caller.groups, config.default_allowed_groups)
+            ).allowed
+        ]
+        if refused:
+            requests.labels("bind", "forbidden").inc()
+            raise HTTPException(403, "; ".join(refused))
+        result = bind(
+            admin,
+            BindingRequest(
+                identity=caller.subject,
+                cluster_id=body.cluster_id,
+                apis=tuple(body.apis),
+                repository=_repository(body.repository),
+                app_kubeconfig=body.app_kubeconfig,
+            ),
+            prefix=config.consumer_prefix,
+        )
+        requests.labels("bind", "ok").inc()
+        log.info(
+            "bound",
+            extra={
+                "subject": caller.subject,
+                "consumer": result.consumer_namespace,
+                "apis": list(body.apis),
+            },
+        )
+        return {
+            "consumerNamespace": result.consumer_namespace,
+            "exports": list(result.exports),
+            "phases": result.phases,
+            "repositoryBinding": result.repository_binding,
+            "kubeconfig": result.kubeconfig,
+        }
+
+    @app.get("/api/v1/bindings")
+    def list_bindings(caller: Caller) -> dict[str, Any]:
+        return {"bindings": [_binding_view(ns) for ns in _owned(admin, caller)]}
+
+    @app.delete("/api/v1/bindings/{consumer}", status_code=204)
+    def delete_binding(consumer: str, caller: Caller) -> Response:
+        if consumer not in {ns["metadata"]["name"] for ns in _owned(admin, caller)}:
+            raise HTTPException(404, f"no binding {consumer} of yours")
+        unbind(admin, consumer)
+        requests.labels("unbind", "ok").inc()
+        return Response(status_code=204)
+
+    return app
+
+
+def _repository(body: RepositoryIn | None) -> Repository | None:
+    if body is None:
+        return None
+    return Repository(
+        url=body.url,
+        branch=body.branch,
+        path=body.path,
+        app_namespaces=tuple(body.app_namespaces),
+        username=body.username,
+        password=body.password,
+        ssh_private_key=body.ssh_private_key,
+        known_hosts=body.known_hosts,
+    )
+
+
+def _owned(admin: Kube, caller: Principal) -> list[dict]:
+    """Consumer namespaces whose identity annotation names the caller's subject."""
+    items, _ = admin.list(NAMESPACES)
+    prefix = f"{caller.subject}#"
+    return [
+        ns
+        for ns in items
+        if ((ns["metadata"].get("annotations") or {}).get(IDENTITY_ANNOTATION) or "").startswith(
+            prefix
+        )
+    ]
+
+
+def _binding_view(namespace: dict) -> dict[str, Any]:
+    identity = namespace["metadata"]["annotations"][IDENTITY_ANNOTATION]
+    return {
+        "consumerNamespace": namespace["metadata"]["name"],
+        "clusterId": identity.partition("#")[2],
+        "created": namespace["metadata"].get("creationTimestamp"),
+    }
