@@ -5,10 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from klutch_gitops.config import NAME_PATTERN, FieldReader
-from klutch_gitops.errors import KlutchError
+from klutch_gitops.config import NAME_PATTERN, FieldReader, read_config_file
 
 
 @dataclass(frozen=True)
@@ -26,12 +23,8 @@ class BindApiConfig:
 
 def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
     reader = FieldReader(origin, base)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise KlutchError(f"{origin}: not valid YAML: {error}", "fix the YAML syntax") from None
     data = reader.mapping(
-        data,
+        reader.parse(text),
         "",
         {
             "controlPlane",
@@ -42,7 +35,7 @@ def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
             "consumerNamespacePrefix",
         },
     )
-    control_plane = reader.kubeconfig(data.get("controlPlane"), "controlPlane")
+    control_plane = reader.own_kubeconfig(data.get("controlPlane"), "the bind API")
     oidc = reader.mapping(data.get("oidc"), "oidc", {"issuer", "audiences", "ca"})
     issuer = reader.string(
         oidc,
@@ -86,22 +79,11 @@ def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
         pattern=NAME_PATTERN,
         fix="use a short DNS label like cluster",
     )
-    if control_plane is not None and control_plane.file is None:
-        reader.problem(
-            "controlPlane",
-            "the bind API's identity must be a kubeconfig file",
-            "set controlPlane.kubeconfig",
-        )
-    if reader.problems:
-        raise KlutchError(
-            f"{origin}: {len(reader.problems)} problem(s):\n  " + "\n  ".join(reader.problems),
-            "edit the config file and run again",
-        )
+    reader.check()
     assert control_plane is not None  # no problems means it was read
-    assert control_plane.file is not None
     assert issuer is not None
     return BindApiConfig(
-        control_plane_kubeconfig=control_plane.file,
+        control_plane_kubeconfig=control_plane,
         issuer=issuer,
         audiences=tuple(audiences),
         issuer_ca=reader.path(ca) if ca else None,
@@ -114,10 +96,4 @@ def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
 
 
 def load_bind_api_config(path: Path) -> BindApiConfig:
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise KlutchError(
-            f"cannot read config {path}: {error.strerror}", "pass an existing file with --config"
-        ) from None
-    return parse_bind_api_config(text, str(path), path.parent)
+    return parse_bind_api_config(read_config_file(path), str(path), path.parent)

@@ -113,6 +113,33 @@ class FieldReader:
     def problem(self, where: str, message: str, fix: str) -> None:
         self.problems.append(f"{where}: {message} — {fix}")
 
+    def parse(self, text: str) -> Any:
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise KlutchError(
+                f"{self.origin}: not valid YAML: {error}", "fix the YAML syntax"
+            ) from None
+
+    def check(self) -> None:
+        """Raise one KlutchError listing every problem found, if any."""
+        if self.problems:
+            raise KlutchError(
+                f"{self.origin}: {len(self.problems)} problem(s):\n  " + "\n  ".join(self.problems),
+                "edit the config file and run again",
+            )
+
+    def own_kubeconfig(self, data: Any, who: str) -> Path | None:
+        """A service's own identity: ``controlPlane.kubeconfig``, a file (never a Secret)."""
+        ref = self.kubeconfig(data, "controlPlane")
+        if ref is not None and ref.file is None:
+            self.problem(
+                "controlPlane",
+                f"{who}'s own identity must be a kubeconfig file",
+                "set controlPlane.kubeconfig",
+            )
+        return ref.file if ref is not None else None
+
     def mapping(self, data: Any, where: str, known: set[str]) -> Mapping[str, Any]:
         if data is None:
             return {}
@@ -363,12 +390,8 @@ def read_repository(reader: FieldReader, data: Any, where: str) -> RepositorySpe
 def parse_config(text: str, origin: str, base: Path) -> Config:
     """Parse and validate; raise one KlutchError listing every problem found."""
     reader = FieldReader(origin, base)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise KlutchError(f"{origin}: not valid YAML: {error}", "fix the YAML syntax") from None
     data = reader.mapping(
-        data,
+        reader.parse(text),
         "",
         {
             "apiVersion",
@@ -384,7 +407,7 @@ def parse_config(text: str, origin: str, base: Path) -> Config:
             "bot",
         },
     )
-    control_plane = reader.kubeconfig(data.get("controlPlane"), "controlPlane")
+    control_plane = reader.own_kubeconfig(data.get("controlPlane"), "the reconciler")
     repositories = []
     raw_repositories = data.get("repositories") or []
     if not isinstance(raw_repositories, list):
@@ -425,21 +448,10 @@ def parse_config(text: str, origin: str, base: Path) -> Config:
         workers = 4
     bot = reader.mapping(data.get("bot"), "bot", {"name", "email"})
     work_dir = reader.string(data, "workDir", "")
-    if control_plane is not None and control_plane.file is None:
-        reader.problem(
-            "controlPlane",
-            "the reconciler's own identity must be a kubeconfig file",
-            "set controlPlane.kubeconfig",
-        )
-    if reader.problems:
-        raise KlutchError(
-            f"{origin}: {len(reader.problems)} problem(s):\n  " + "\n  ".join(reader.problems),
-            "edit the config file and run again",
-        )
+    reader.check()
     assert control_plane is not None  # no problems means it was read
-    assert control_plane.file is not None
     return Config(
-        control_plane_kubeconfig=control_plane.file,
+        control_plane_kubeconfig=control_plane,
         repositories=tuple(repositories),
         platform=platform,
         listen=reader.string(data, "listen", "") or "127.0.0.1:8080",
@@ -451,14 +463,17 @@ def parse_config(text: str, origin: str, base: Path) -> Config:
     )
 
 
-def load_config(path: Path) -> Config:
+def read_config_file(path: Path) -> str:
     try:
-        text = path.read_text()
+        return path.read_text()
     except OSError as error:
         raise KlutchError(
             f"cannot read config {path}: {error.strerror}", "pass an existing file with --config"
         ) from None
-    return parse_config(text, str(path), path.parent)
+
+
+def load_config(path: Path) -> Config:
+    return parse_config(read_config_file(path), str(path), path.parent)
 
 
 def from_repository_binding(obj: Mapping[str, Any]) -> RepositorySpec:

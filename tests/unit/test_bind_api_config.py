@@ -1,0 +1,53 @@
+"""The bind API's config: validated with field paths and fixes, like the reconciler's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bind_api.config import parse_bind_api_config
+from klutch_gitops.errors import KlutchError
+
+GOOD = """
+controlPlane: {kubeconfig: cp.kubeconfig}
+listen: 0.0.0.0:8443
+tls: {certFile: tls.crt, keyFile: tls.key}
+oidc:
+  issuer: https://dex.example.com/dex
+  audiences: [klutch-bind, klutch-gitops]
+  ca: ca.crt
+defaultAllowedGroups: [klutch-developers]
+"""
+
+
+def test_a_good_config(tmp_path: Path) -> None:
+    config = parse_bind_api_config(GOOD, "bind.yaml", tmp_path)
+    assert config.control_plane_kubeconfig == tmp_path / "cp.kubeconfig"
+    assert config.audiences == ("klutch-bind", "klutch-gitops")
+    assert config.issuer_ca == tmp_path / "ca.crt"
+    assert (config.tls_cert, config.tls_key) == (tmp_path / "tls.crt", tmp_path / "tls.key")
+    assert config.default_allowed_groups == ("klutch-developers",)
+    assert config.consumer_prefix == "cluster"
+
+
+def test_every_problem_at_once(tmp_path: Path) -> None:
+    bad = """
+controlPlane: {kubeconfigSecretRef: {name: x}}
+tls: {certFile: tls.crt}
+oidc: {issuer: http://dex.example.com, audiences: []}
+defaultAllowedGroups: everyone
+extra: 1
+"""
+    with pytest.raises(KlutchError) as raised:
+        parse_bind_api_config(bad, "bind.yaml", tmp_path)
+    text = str(raised.value)
+    for expected in (
+        "controlPlane: the bind API's own identity must be a kubeconfig file",
+        "tls: needs both certFile and keyFile",
+        "oidc.issuer: 'http://dex.example.com' is not https",
+        "oidc.audiences: must be a non-empty list",
+        "defaultAllowedGroups: must be a list",
+        "extra: unknown field",
+    ):
+        assert expected in text, expected
