@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ssl
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import pytest
 from kubernetes import client, config
 
@@ -65,3 +67,17 @@ def namespace(
     yield TwinNamespace(name, clusters)
     for api in clusters.values():
         client.CoreV1Api(api).delete_namespace(name)
+
+
+@pytest.fixture(scope="module")
+def oidc(stack: StackInfo) -> Iterator[httpx.Client]:
+    """An HTTP client that trusts the stack's Dex."""
+    with httpx.Client(verify=ssl.create_default_context(cafile=stack.dex.ca), timeout=10.0) as http:
+        yield http
+
+
+@pytest.fixture(scope="module")
+def discovery(oidc: httpx.Client, stack: StackInfo) -> dict:
+    response = oidc.get(f"{stack.dex.issuer}/.well-known/openid-configuration")
+    response.raise_for_status()
+    return response.json()

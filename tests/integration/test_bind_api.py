@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ssl
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,22 +19,13 @@ from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import NAMESPACES, Kube
 from klutch_gitops.localstack.stack import StackInfo
 
+from .dexflows import password_grant
 from .gitops import eventually
 
 
 @pytest.fixture(scope="module")
-def id_token(stack: StackInfo) -> str:
-    with httpx.Client(verify=ssl.create_default_context(cafile=stack.dex.ca)) as http:
-        response = http.post(
-            f"{stack.dex.issuer}/token",
-            data={
-                "grant_type": "password",
-                "username": stack.dex.email,
-                "password": stack.dex.password,
-                "scope": "openid email groups",
-            },
-            auth=(stack.dex.automation_client_id, stack.dex.automation_client_secret),
-        )
+def id_token(oidc: httpx.Client, discovery: dict, stack: StackInfo) -> str:
+    response = password_grant(oidc, discovery, stack)
     response.raise_for_status()
     return response.json()["id_token"]
 

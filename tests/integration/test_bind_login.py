@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import ssl
 import stat
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from html import unescape
 from pathlib import Path
 from urllib.parse import parse_qs, urljoin, urlparse
 
@@ -21,6 +19,8 @@ import pytest
 from klutch_gitops import oidc_client
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.localstack.stack import StackInfo
+
+from .dexflows import browser, form
 
 CLI = [sys.executable, "-m", "klutch_gitops.bind_cli"]
 
@@ -42,24 +42,6 @@ def cli(config_home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, timeout=60, env=env, check=False
     )
-
-
-def browser(stack: StackInfo) -> httpx.Client:
-    return httpx.Client(verify=ssl.create_default_context(cafile=stack.dex.ca), timeout=10.0)
-
-
-def form(page: httpx.Response) -> tuple[str, dict[str, str]]:
-    """The first form of a page: its absolute action URL and its preset inputs."""
-    found = re.search(r"<form[^>]*>(.*?)</form>", page.text, re.S | re.I)
-    assert found, f"no form on {page.url}:\n{page.text[:2000]}"
-    action = re.search(r'action="([^"]*)"', found.group(0))
-    fields = {
-        name: unescape(value)
-        for name, value in re.findall(
-            r'<input[^>]*name="([^"]+)"[^>]*value="([^"]*)"', found.group(1)
-        )
-    }
-    return urljoin(str(page.url), unescape(action.group(1)) if action else ""), fields
 
 
 def log_in_on_dex(

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import re
-import ssl
 import time
-from html import unescape
-from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -16,40 +12,14 @@ from joserfc.jwk import KeySet, RSAKey
 
 from klutch_gitops.localstack.stack import StackInfo
 
+from .dexflows import log_in_in_a_browser, password_grant
+
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
-
-
-@pytest.fixture(scope="module")
-def oidc(stack: StackInfo) -> httpx.Client:
-    with httpx.Client(verify=ssl.create_default_context(cafile=stack.dex.ca), timeout=10.0) as http:
-        yield http
-
-
-@pytest.fixture(scope="module")
-def discovery(oidc: httpx.Client, stack: StackInfo) -> dict:
-    response = oidc.get(f"{stack.dex.issuer}/.well-known/openid-configuration")
-    response.raise_for_status()
-    return response.json()
 
 
 @pytest.fixture(scope="module")
 def jwks(oidc: httpx.Client, discovery: dict) -> KeySet:
     return KeySet.import_key_set(oidc.get(discovery["jwks_uri"]).json())
-
-
-def password_grant(
-    oidc: httpx.Client, discovery: dict, stack: StackInfo, password: str
-) -> httpx.Response:
-    return oidc.post(
-        discovery["token_endpoint"],
-        data={
-            "grant_type": "password",
-            "username": stack.dex.email,
-            "password": password,
-            "scope": "openid email profile groups offline_access",
-        },
-        auth=(stack.dex.automation_client_id, stack.dex.automation_client_secret),
-    )
 
 
 def verify(token: str, jwks: KeySet, stack: StackInfo, audience: str) -> dict:
@@ -125,35 +95,10 @@ def test_device_flow_for_the_public_cli_client(oidc, discovery, jwks, stack: Sta
     pending = oidc.post(discovery["token_endpoint"], data=poll)
     assert pending.json()["error"] == "authorization_pending"
 
-    # The person: open the verification URL, submit the user code, log in with the password.
-    with httpx.Client(
-        verify=ssl.create_default_context(cafile=stack.dex.ca), timeout=10.0, follow_redirects=True
-    ) as browser:
-        page = browser.get(device["verification_uri_complete"])
-        while "password" not in page.text.lower() or "<form" not in page.text:
-            form_action, fields = _form(page)
-            page = browser.post(form_action, data=fields)
-        form_action, fields = _form(page)
-        fields.update(login=stack.dex.email, password=stack.dex.password)
-        done = browser.post(form_action, data=fields)
-        assert done.status_code == 200, done.text
+    log_in_in_a_browser(device["verification_uri_complete"], stack)  # the person
 
     tokens = oidc.post(discovery["token_endpoint"], data=poll)
     assert tokens.status_code == 200, tokens.text
     claims = verify(tokens.json()["id_token"], jwks, stack, stack.dex.cli_client_id)
     assert claims["email"] == stack.dex.email
     assert sorted(claims["groups"]) == sorted(stack.dex.groups)
-
-
-def _form(page: httpx.Response) -> tuple[str, dict[str, str]]:
-    """The first form of an HTML page: its absolute action URL and its hidden/preset inputs."""
-    form = re.search(r"<form[^>]*>(.*?)</form>", page.text, re.S | re.I)
-    assert form, f"no form on {page.url}:\n{page.text[:2000]}"
-    action = re.search(r'action="([^"]*)"', form.group(0))
-    fields = {
-        name: unescape(value)
-        for name, value in re.findall(
-            r'<input[^>]*name="([^"]+)"[^>]*value="([^"]*)"', form.group(1)
-        )
-    }
-    return urljoin(str(page.url), unescape(action.group(1)) if action else ""), fields

@@ -4,11 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
-import ssl
-from collections.abc import Iterator
-from html import unescape
-from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -16,35 +11,15 @@ import pytest
 from bind_api.oidc import OIDCVerifier, TokenError
 from klutch_gitops.localstack.stack import StackInfo
 
+from .dexflows import log_in_in_a_browser, password_grant
+
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
-
-
-@pytest.fixture(scope="module")
-def oidc(stack: StackInfo) -> Iterator[httpx.Client]:
-    with httpx.Client(verify=ssl.create_default_context(cafile=stack.dex.ca), timeout=10.0) as http:
-        yield http
-
-
-@pytest.fixture(scope="module")
-def discovery(oidc: httpx.Client, stack: StackInfo) -> dict:
-    response = oidc.get(f"{stack.dex.issuer}/.well-known/openid-configuration")
-    response.raise_for_status()
-    return response.json()
 
 
 @pytest.fixture(scope="module")
 def id_token(oidc: httpx.Client, discovery: dict, stack: StackInfo) -> str:
     """An ID token for the automation client, by password grant."""
-    response = oidc.post(
-        discovery["token_endpoint"],
-        data={
-            "grant_type": "password",
-            "username": stack.dex.email,
-            "password": stack.dex.password,
-            "scope": "openid email profile groups",
-        },
-        auth=(stack.dex.automation_client_id, stack.dex.automation_client_secret),
-    )
+    response = password_grant(oidc, discovery, stack)
     assert response.status_code == 200, response.text
     return response.json()["id_token"]
 
@@ -107,32 +82,3 @@ def test_a_device_flow_token_for_the_cli_verifies(
     principal = verifier(stack, "klutch-bind").verify(tokens.json()["id_token"])
     assert principal.email == stack.dex.email
     assert sorted(principal.groups) == sorted(stack.dex.groups)
-
-
-def log_in_in_a_browser(url: str, stack: StackInfo) -> None:
-    """What the person does: open the URL, submit the user code, log in with the password."""
-    with httpx.Client(
-        verify=ssl.create_default_context(cafile=stack.dex.ca), timeout=10.0, follow_redirects=True
-    ) as browser:
-        page = browser.get(url)
-        while "password" not in page.text.lower() or "<form" not in page.text:
-            action, fields = _form(page)
-            page = browser.post(action, data=fields)
-        action, fields = _form(page)
-        fields.update(login=stack.dex.email, password=stack.dex.password)
-        done = browser.post(action, data=fields)
-        assert done.status_code == 200, done.text
-
-
-def _form(page: httpx.Response) -> tuple[str, dict[str, str]]:
-    """The first form of an HTML page: its absolute action URL and its hidden/preset inputs."""
-    form = re.search(r"<form[^>]*>(.*?)</form>", page.text, re.S | re.I)
-    assert form, f"no form on {page.url}:\n{page.text[:2000]}"
-    action = re.search(r'action="([^"]*)"', form.group(0))
-    fields = {
-        name: unescape(value)
-        for name, value in re.findall(
-            r'<input[^>]*name="([^"]+)"[^>]*value="([^"]*)"', form.group(1)
-        )
-    }
-    return urljoin(str(page.url), unescape(action.group(1)) if action else ""), fields
