@@ -1,22 +1,31 @@
 """The ``klutch-bind`` command line (also usable as the kubectl plugin ``kubectl-klutch_bind``).
 
 ``login`` obtains OIDC tokens for the bind API (device flow or browser flow with PKCE) and caches
-them; ``token`` hands a fresh ID token to scripts; ``logout`` forgets them.
+them; ``token`` hands a fresh ID token to scripts; ``logout`` forgets them. ``exports``, ``bind``,
+``status`` and ``unbind`` call the bind API with that token (or ``--token``) and keep the App
+Cluster's side of a binding (``klutch-bind`` Namespace, kubeconfig Secret, APIServiceBindings)
+in step, or write it as YAML for Git with ``--gitops-out`` (never the Secret).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import webbrowser
-from typing import Annotated
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from klutch_gitops import __version__, oidc_client
+from klutch_gitops import __version__, bind_client, oidc_client
+from klutch_gitops.bind_client import BindClient
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.kube import NAMESPACES, SECRETS, Kube, KubeError, api_client
 
 app = typer.Typer(
     help="Bind an App Cluster and a Git repository to Klutch data-service APIs.",
@@ -127,6 +136,410 @@ def token(
 ) -> None:
     """Print a fresh ID token (refreshed if it expires within 60 s), for scripts."""
     typer.echo(oidc_client.fresh_id_token(issuer, client_id, min_valid=60))
+
+
+# --- bindings ------------------------------------------------------------------------------------
+
+
+class Output(StrEnum):
+    text = "text"
+    json = "json"
+    yaml = "yaml"
+
+
+Url = Annotated[str, typer.Argument(help="The bind API's base URL, e.g. https://bind.example.com")]
+OptionalIssuer = Annotated[
+    str | None,
+    typer.Option("--issuer", help="OIDC issuer whose cached login token to use (see 'login')."),
+]
+Token = Annotated[
+    str | None,
+    typer.Option(
+        "--token", envvar="KLUTCH_BIND_TOKEN", help="An ID token to use instead (automation)."
+    ),
+]
+ClientId = Annotated[
+    str | None, typer.Option("--client-id", help="Needed when logged in with several clients.")
+]
+Ca = Annotated[str | None, typer.Option("--ca", help="CA bundle for the bind API's TLS.")]
+OutputOption = Annotated[Output, typer.Option("-o", "--output")]
+Kubeconfig = Annotated[
+    Path | None, typer.Option("--kubeconfig", help="Kubeconfig of the App Cluster.")
+]
+Context = Annotated[str | None, typer.Option("--context", help="Context in the kubeconfig.")]
+
+
+def bearer_token(issuer: str | None, token: str | None, client_id: str | None) -> str:
+    """``--token`` as given, or the cached login of ``--issuer`` (refreshed when due)."""
+    if token:
+        return token
+    if not issuer:
+        raise KlutchError(
+            "no token: pass --issuer (after 'klutch-bind login') or --token",
+            'e.g. --issuer https://dex.example.com, or --token "$(klutch-bind token --issuer …)"',
+        )
+    return oidc_client.fresh_id_token(issuer, client_id, min_valid=60)
+
+
+def _client(
+    url: str, issuer: str | None, token: str | None, client_id: str | None, ca: str | None
+) -> BindClient:
+    return BindClient(url, bearer_token(issuer, token, client_id), ca=ca)
+
+
+def _emit(data: Any, output: Output) -> bool:
+    """Print ``data`` as JSON or YAML and return True; False means: print text instead."""
+    if output is Output.json:
+        out.print_json(json.dumps(data))
+    elif output is Output.yaml:
+        out.print(yaml.safe_dump(data, sort_keys=False), end="")
+    return output is not Output.text
+
+
+@app.command()
+def exports(
+    url: Url,
+    issuer: OptionalIssuer = None,
+    token: Token = None,
+    client_id: ClientId = None,
+    ca: Ca = None,
+    output: OutputOption = Output.text,
+) -> None:
+    """List the APIs the bind API offers, and whether you may bind them."""
+    with _client(url, issuer, token, client_id, ca) as api:
+        items = api.exports()
+    if _emit({"exports": items}, output):
+        return
+    rows = [
+        [
+            item["api"],
+            "yes" if item.get("allowed") else "no",
+            str(len(item.get("permissionClaims") or [])),
+            str(item.get("reason", "")),
+        ]
+        for item in items
+    ]
+    _print_table(["API", "ALLOWED", "CLAIMS", "REASON"], rows)
+
+
+def _print_table(headers: list[str], rows: list[list[str]]) -> None:
+    """kubectl-style columns, never wrapped: names and IDs must survive copy-paste."""
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    for row in [headers, *rows]:
+        line = "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        out.print(escape(line.rstrip()))
+
+
+def confirmation_needed(yes: bool, interactive: bool) -> bool:
+    """Whether to ask; without a terminal to ask on, ``--yes`` is required."""
+    if yes:
+        return False
+    if not interactive:
+        raise KlutchError(
+            "binding grants permission claims and needs confirmation, but there is no terminal",
+            "pass --yes to accept the listed permission claims",
+        )
+    return True
+
+
+def claims_for(offered: list[dict[str, Any]], apis: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The permission claims of each requested API; unknown or refused APIs are errors."""
+    by_api = {item["api"]: item for item in offered}
+    unknown = [api for api in apis if api not in by_api]
+    if unknown:
+        raise KlutchError(
+            f"not offered: {', '.join(unknown)}; offered: {', '.join(sorted(by_api)) or 'none'}",
+            "run 'klutch-bind exports <url>' and pick from the list",
+        )
+    refused = [
+        f"{api}: {by_api[api].get('reason', '')}" for api in apis if not by_api[api]["allowed"]
+    ]
+    if refused:
+        raise KlutchError(
+            f"not allowed to bind {'; '.join(refused)}",
+            "ask the platform team for membership in an allowed group",
+        )
+    return {api: list(by_api[api].get("permissionClaims") or []) for api in apis}
+
+
+def _show_claims(claims_by_api: dict[str, list[dict[str, Any]]]) -> None:
+    for api, claims in claims_by_api.items():
+        err.print(
+            f"[bold]{escape(api)}[/bold] asks for these permission claims on the App Cluster:"
+        )
+        for claim in claims or []:
+            err.print(f"  - {escape(bind_client.describe_claim(claim))}")
+        if not claims:
+            err.print("  (none)")
+
+
+def _app_kube(kubeconfig: Path | None, context: str | None) -> Kube:
+    """The App Cluster: ``--kubeconfig``, else $KUBECONFIG or ~/.kube/config like kubectl."""
+    from kubernetes import config
+
+    try:
+        if kubeconfig is not None:
+            return Kube(api_client(kubeconfig, context))
+        return Kube(config.new_client_from_config(context=context))
+    except (OSError, config.ConfigException) as error:
+        raise KlutchError(
+            f"cannot load the App Cluster kubeconfig: {error}", "check --kubeconfig and --context"
+        ) from None
+
+
+def _cluster_id(kube: Kube | None) -> str:
+    """kube-bind's cluster identity: the UID of the App Cluster's kube-system namespace."""
+    system = kube.get(NAMESPACES, None, "kube-system") if kube else None
+    if not system:
+        raise KlutchError(
+            "cannot tell the App Cluster's identity", "pass --cluster-id, or --kubeconfig"
+        )
+    return system["metadata"]["uid"]
+
+
+def _app_kubeconfig(kubeconfig: Path | None, context: str | None) -> str:
+    """The App kubeconfig file for the bind API's reconciler, ``--context`` made current."""
+    if kubeconfig is None:
+        raise KlutchError(
+            "a repository binding needs the App Cluster kubeconfig for the reconciler",
+            "pass --kubeconfig with --repo",
+        )
+    try:
+        text = kubeconfig.read_text()
+    except OSError as error:
+        raise KlutchError(f"cannot read {kubeconfig}: {error}", "check --kubeconfig") from None
+    if not context:
+        return text
+    return yaml.safe_dump({**yaml.safe_load(text), "current-context": context}, sort_keys=False)
+
+
+def _repository(
+    repo: str | None,
+    branch: str,
+    path: str,
+    namespaces: list[str] | None,
+    git_username: str | None,
+    git_password: str | None,
+    ssh_key: Path | None,
+    known_hosts: Path | None,
+) -> dict[str, Any] | None:
+    if repo is None:
+        return None
+    if not namespaces:
+        raise KlutchError("--repo needs the App namespaces it manages", "pass --namespace NS")
+    body: dict[str, Any] = {
+        "url": repo,
+        "branch": branch,
+        "path": path,
+        "appNamespaces": namespaces,
+    }
+    if git_username:
+        body["username"] = git_username
+    if git_password:
+        body["password"] = git_password
+    if ssh_key:
+        body["sshPrivateKey"] = ssh_key.read_text()
+    if known_hosts:
+        body["knownHosts"] = known_hosts.read_text()
+    return body
+
+
+def apply_app_objects(kube: Kube, objects: list[tuple[Any, dict[str, Any]]]) -> list[str]:
+    """Server-side apply (field manager ``klutch-bind``); returns ``kind/namespace/name``."""
+    applied = []
+    for resource, obj in objects:
+        try:
+            kube.apply(resource, obj, field_manager=bind_client.FIELD_MANAGER, force=True)
+        except KubeError as error:
+            fix = "check the kubeconfig's permissions in the App Cluster"
+            if error.not_found and resource is bind_client.SERVICE_BINDINGS:
+                fix = "install the APIServiceBinding CRD in the App Cluster"
+            raise KlutchError(
+                f"cannot apply {obj['kind']} {obj['metadata']['name']}: {error}", fix
+            ) from None
+        applied.append(_ref(obj))
+    return applied
+
+
+def write_gitops(directory: Path, files: dict[str, dict[str, Any] | str]) -> list[str]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, content in files.items():
+        text = content if isinstance(content, str) else yaml.safe_dump(content, sort_keys=False)
+        (directory / name).write_text(text)
+        written.append(str(directory / name))
+    return written
+
+
+def _ref(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    return "/".join(p for p in (obj["kind"], meta.get("namespace"), meta["name"]) if p)
+
+
+@app.command("bind")
+def bind_command(
+    url: Url,
+    api_names: Annotated[
+        list[str], typer.Option("--api", help="An API to bind, <plural>.<group>; repeatable.")
+    ],
+    cluster_id: Annotated[
+        str | None,
+        typer.Option("--cluster-id", help="App Cluster identity (default: kube-system's UID)."),
+    ] = None,
+    repo: Annotated[
+        str | None, typer.Option("--repo", help="Also bind this Git repository of claims.")
+    ] = None,
+    branch: Annotated[str, typer.Option("--branch")] = "main",
+    path: Annotated[str, typer.Option("--path", help="Claims directory in the repo.")] = ".",
+    namespaces: Annotated[
+        list[str] | None,
+        typer.Option("--namespace", help="App namespace the repository manages; repeatable."),
+    ] = None,
+    git_username: Annotated[str | None, typer.Option("--git-username")] = None,
+    git_password: Annotated[
+        str | None, typer.Option("--git-password", envvar="KLUTCH_GIT_PASSWORD")
+    ] = None,
+    ssh_key: Annotated[Path | None, typer.Option("--ssh-private-key")] = None,
+    known_hosts: Annotated[Path | None, typer.Option("--known-hosts")] = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Accept the permission claims.")] = False,
+    gitops_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--gitops-out", help="Write the App objects as YAML here instead (no Secret)."
+        ),
+    ] = None,
+    issuer: OptionalIssuer = None,
+    token: Token = None,
+    client_id: ClientId = None,
+    ca: Ca = None,
+    output: OutputOption = Output.text,
+) -> None:
+    """Bind APIs (and optionally a repository) for an App Cluster, after confirming the claims."""
+    repository = _repository(
+        repo, branch, path, namespaces, git_username, git_password, ssh_key, known_hosts
+    )
+    direct = gitops_out is None or kubeconfig is not None or context is not None
+    kube = _app_kube(kubeconfig, context) if direct else None
+    with _client(url, issuer, token, client_id, ca) as api:
+        claims_by_api = claims_for(api.exports(), api_names)
+        _show_claims(claims_by_api)
+        if confirmation_needed(yes, sys.stdin.isatty()) and not typer.confirm(
+            "Accept these permission claims and bind?", err=True
+        ):
+            raise typer.Exit(1)
+        body: dict[str, Any] = {"clusterId": cluster_id or _cluster_id(kube), "apis": api_names}
+        if repository is not None:
+            body["repository"] = repository
+            body["appKubeconfig"] = _app_kubeconfig(kubeconfig, context)
+        result = api.bind(body)
+    consumer = result["consumerNamespace"]
+    bound = {a: claims_by_api[a] for a in result.get("exports") or [] if a in claims_by_api}
+    objects = bind_client.app_objects(consumer, result["kubeconfig"], bound)
+    report: dict[str, Any] = {k: v for k, v in result.items() if k != "kubeconfig"}
+    if gitops_out is not None:
+        files = bind_client.gitops_files(consumer, bound)
+        report["written"] = write_gitops(gitops_out, files)
+        objects = objects[:2]  # the Namespace and the Secret go to the cluster, never to Git
+    report["applied"] = apply_app_objects(kube, objects) if kube else []
+    _report_bind(report, output)
+    failed = {a: p for a, p in (result.get("phases") or {}).items() if a not in bound}
+    if failed:
+        raise KlutchError(
+            f"not bound: {', '.join(f'{a} ({p})' for a, p in failed.items())}",
+            "check the export requests in the consumer namespace on the Control Plane",
+        )
+
+
+def _report_bind(report: dict[str, Any], output: Output) -> None:
+    if _emit(report, output):
+        return
+    out.print(f"[green]bound[/green] consumer namespace {report['consumerNamespace']}")
+    for api, phase in (report.get("phases") or {}).items():
+        out.print(f"  export   {api}: {phase}")
+    if report.get("repositoryBinding"):
+        out.print(f"  repository binding {report['repositoryBinding']}")
+    for ref in report.get("applied") or []:
+        out.print(f"  applied  {ref}")
+    for path in report.get("written") or []:
+        out.print(f"  wrote    {path}")
+
+
+@app.command("status")
+def status_command(
+    url: Url,
+    issuer: OptionalIssuer = None,
+    token: Token = None,
+    client_id: ClientId = None,
+    ca: Ca = None,
+    output: OutputOption = Output.text,
+) -> None:
+    """List your bindings."""
+    with _client(url, issuer, token, client_id, ca) as api:
+        items = api.bindings()
+    if _emit({"bindings": items}, output):
+        return
+    if not items:
+        out.print("no bindings")
+        return
+    rows = [
+        [item["consumerNamespace"], item.get("clusterId") or "", item.get("created") or ""]
+        for item in items
+    ]
+    _print_table(["CONSUMER NAMESPACE", "CLUSTER ID", "CREATED"], rows)
+
+
+@app.command("unbind")
+def unbind_command(
+    url: Url,
+    consumer: Annotated[str, typer.Argument(help="The consumer namespace (see 'status').")],
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    issuer: OptionalIssuer = None,
+    token: Token = None,
+    client_id: ClientId = None,
+    ca: Ca = None,
+    output: OutputOption = Output.text,
+) -> None:
+    """Remove a binding; with --kubeconfig also its App Cluster objects."""
+    with _client(url, issuer, token, client_id, ca) as api:
+        api.unbind(consumer)
+    removed = remove_app_objects(_app_kube(kubeconfig, context), consumer) if kubeconfig else []
+    if _emit({"consumerNamespace": consumer, "removed": removed}, output):
+        return
+    out.print(f"[green]unbound[/green] {consumer}")
+    for ref in removed:
+        out.print(f"  removed  {ref}")
+
+
+def remove_app_objects(kube: Kube, consumer: str) -> list[str]:
+    """Delete the consumer's APIServiceBindings and kubeconfig Secret from the App Cluster."""
+    try:
+        return _remove(kube, consumer)
+    except KubeError as error:
+        raise KlutchError(
+            f"unbound on the Control Plane, but cannot clean up the App Cluster: {error}",
+            "check the kubeconfig's permissions in namespace klutch-bind, then unbind again",
+        ) from None
+
+
+def _remove(kube: Kube, consumer: str) -> list[str]:
+    namespace = bind_client.BIND_NAMESPACE
+    try:
+        items, _ = kube.list(bind_client.SERVICE_BINDINGS, namespace)
+    except KubeError as error:
+        if not error.not_found:  # no CRD: no bindings
+            raise
+        items = []
+    removed = []
+    for name in bind_client.bindings_of(consumer, items):
+        if kube.delete(bind_client.SERVICE_BINDINGS, namespace, name):
+            removed.append(f"APIServiceBinding/{namespace}/{name}")
+    secret = bind_client.secret_name(consumer)
+    if kube.delete(SECRETS, namespace, secret):
+        removed.append(f"Secret/{namespace}/{secret}")
+    return removed
 
 
 if __name__ == "__main__":
