@@ -19,11 +19,11 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.console import Console
 from rich.markup import escape
 
 from klutch_gitops import __version__, bind_client, oidc_client
 from klutch_gitops.bind_client import BindClient
+from klutch_gitops.console import err, out, run_cli
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube, KubeError, api_client
 
@@ -33,21 +33,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-out = Console(soft_wrap=True, highlight=False)  # never break a URL a person will copy
-err = Console(stderr=True, soft_wrap=True, highlight=False)
 
 Issuer = Annotated[str, typer.Option("--issuer", help="The OIDC issuer URL of the bind API.")]
 
 
 def main() -> None:
-    """Entry point: a ``KlutchError`` becomes its message and fix on stderr, exit code 1."""
-    try:
-        app()
-    except KlutchError as error:
-        err.print(f"[red]error:[/red] {escape(error.message)}")
-        if error.fix:
-            err.print(f"[yellow]fix:[/yellow] {escape(error.fix)}")
-        raise SystemExit(1) from None
+    run_cli(app)
 
 
 @app.callback(invoke_without_command=True)

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from klutch_gitops import __version__
-from klutch_gitops.errors import KlutchError
+from klutch_gitops.console import err, out, run_cli
 from klutch_gitops.localstack import binaries, daemon
 from klutch_gitops.localstack.stack import StackInfo
 
@@ -32,8 +31,6 @@ dev = typer.Typer(
 )
 app.add_typer(dev, name="dev")
 
-out = Console(soft_wrap=True, highlight=False)  # never break a path a person will copy
-err = Console(stderr=True, soft_wrap=True, highlight=False)
 
 StateDir = Annotated[
     Path,
@@ -52,14 +49,7 @@ class Output(StrEnum):
 
 
 def main() -> None:
-    """Entry point: a ``KlutchError`` becomes its message and fix on stderr, exit code 1."""
-    try:
-        app()
-    except KlutchError as error:
-        err.print(f"[red]error:[/red] {escape(error.message)}")
-        if error.fix:
-            err.print(f"[yellow]fix:[/yellow] {escape(error.fix)}")
-        raise SystemExit(1) from None
+    run_cli(app)
 
 
 @app.command()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from klutch_gitops.localstack import binaries
-from klutch_gitops.localstack.processes import cmdline, port_open
+from klutch_gitops.localstack.processes import cmdline
 from klutch_gitops.localstack.stack import StackInfo, StatePaths
 
 CLI = [sys.executable, "-m", "klutch_gitops.cli"]
@@ -38,6 +38,35 @@ def processes_using(state_dir: Path) -> list[tuple[int, list[str]]]:
             if any(str(state_dir) in arg for arg in args):
                 found.append((int(entry.name), args))
     return found
+
+
+def listening_pids(ports: list[int]) -> dict[int, set[int]]:
+    """Which processes listen on ``ports`` (loopback TCP), from /proc/net/tcp and socket fds."""
+    inodes: dict[str, int] = {}
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        port, state, inode = int(fields[1].rsplit(":", 1)[1], 16), fields[3], fields[9]
+        if state == "0A" and port in ports:  # 0A: LISTEN
+            inodes[f"socket:[{inode}]"] = port
+    holders: dict[int, set[int]] = {}
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            target = str(fd.readlink())
+        except OSError:
+            continue
+        if target in inodes:
+            holders.setdefault(inodes[target], set()).add(int(fd.parts[2]))
+    return holders
+
+
+def ports_left_open(state_dir: Path, ports: list[int]) -> list[int]:
+    """Ports still held by a process of this stack. Another process may get a freed port at
+    once (other tests pick ports too); that one is not ours."""
+    return sorted(
+        port
+        for port, pids in listening_pids(ports).items()
+        if any(str(state_dir) in " ".join(cmdline(pid)) for pid in pids)
+    )
 
 
 def eventually_gone(state_dir: Path, timeout: float = 15.0) -> None:
@@ -77,6 +106,8 @@ def test_up_status_second_up_and_down(state_dir: Path) -> None:
         assert "namespace/kube-system" in namespaces.stdout
 
     assert klutch("dev", "status", "--state-dir", str(state_dir)).returncode == 0
+    # while up, every server port is held by a process of this stack (the check below can fail)
+    assert len(ports_left_open(state_dir, info.ports)) >= 6
     second = klutch("dev", "up", "--state-dir", str(state_dir))
     assert "already running" in second.stdout
     assert (
@@ -85,7 +116,7 @@ def test_up_status_second_up_and_down(state_dir: Path) -> None:
 
     klutch("dev", "down", "--state-dir", str(state_dir))
     eventually_gone(state_dir)
-    assert [p for p in info.ports if port_open(p)] == []
+    assert ports_left_open(state_dir, info.ports) == []
     status = klutch("dev", "status", "--state-dir", str(state_dir), check=False)
     assert status.returncode == 3
     assert "no local stack is running" in status.stdout
@@ -117,7 +148,7 @@ def test_sigkill_of_the_daemon_takes_every_process_with_it(state_dir: Path) -> N
     supervisor = json.loads(StatePaths(state_dir).supervisor_pid.read_text())["pid"]
     os.kill(supervisor, signal.SIGKILL)
     eventually_gone(state_dir)
-    assert [p for p in info.ports if port_open(p)] == []
+    assert ports_left_open(state_dir, info.ports) == []
     # the leftovers are only stale files now; down says so and clears them
     klutch("dev", "down", "--state-dir", str(state_dir))
     assert not StatePaths(state_dir).info.exists()
