@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from klutch_gitops import __version__
+
 CLI = [sys.executable, "-m", "klutch_gitops.cli"]
 
 
@@ -43,3 +45,13 @@ def test_down_without_a_stack_is_harmless(tmp_path: Path) -> None:
     result = run("dev", "down", "--state-dir", str(tmp_path))
     assert result.returncode == 0
     assert "stopped" in result.stdout
+
+
+def test_klutch_bind_is_also_a_kubectl_plugin() -> None:
+    """kubectl runs `kubectl klutch-bind ...` as the executable kubectl-klutch_bind on PATH."""
+    plugin = Path(sys.executable).parent / "kubectl-klutch_bind"
+    result = subprocess.run(
+        [str(plugin), "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == __version__
