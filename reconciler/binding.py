@@ -14,6 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubernetes import client
+
 from klutch_gitops.config import GitCredentialsRef, RepositorySpec, SecretRef
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Credentials
@@ -121,16 +123,22 @@ class Resolver:
         os.chmod(name, stat.S_IRUSR | stat.S_IWUSR)
         return Path(name)
 
+    def _client(self, ref: SecretRef, what: str, namespace: str) -> client.ApiClient:
+        text = self.value(ref, what, namespace).decode(errors="replace")
+        try:
+            return api_client(text)
+        except Exception as error:  # the kubeconfig loader raises many types for bad input
+            raise KlutchError(
+                f"{what} is not a usable kubeconfig ({type(error).__name__}: {error})"[:500],
+                "store a complete kubeconfig (clusters, users, contexts) under the referenced key",
+            ) from None
+
     def binding(self, spec: RepositorySpec) -> Binding:
         namespace = spec.consumer_namespace
         what = f"repository {spec.name}"
-        app = api_client(
-            self.value(spec.app_kubeconfig, f"{what}: App Cluster kubeconfig", namespace).decode()
-        )
-        control_plane = api_client(
-            self.value(
-                spec.control_plane_kubeconfig, f"{what}: Control Plane kubeconfig", namespace
-            ).decode()
+        app = self._client(spec.app_kubeconfig, f"{what}: App Cluster kubeconfig", namespace)
+        control_plane = self._client(
+            spec.control_plane_kubeconfig, f"{what}: Control Plane kubeconfig", namespace
         )
         webhook = (
             (self.value(spec.webhook_secret, f"{what}: webhook secret", namespace),)

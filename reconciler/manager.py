@@ -48,6 +48,7 @@ class Reconciler:
         self.specs: dict[str, RepositorySpec] = {}
         self.syncs: dict[str, RepositorySync] = {}
         self.errors: dict[str, str] = {}
+        self.reference_errors: dict[str, str] = {}  # a Secret or file that could not be used
         self.namespaces = NamespaceController(self.admin)
         self.platform: PlatformSync | None = None
         self.poller: Poller[str] = Poller(
@@ -149,7 +150,12 @@ class Reconciler:
             self.watcher.unwatch(name)
             self.errors.pop(name, None)
             return
-        binding = self.resolver.binding(spec)
+        try:
+            binding = self.resolver.binding(spec)
+        except KlutchError as error:
+            self.reference_errors[name] = error.message
+            raise
+        self.reference_errors.pop(name, None)
         self.syncs[name] = RepositorySync(
             binding,
             self.config.work_dir,
@@ -181,6 +187,8 @@ class Reconciler:
         self, spec: RepositorySpec, sync: RepositorySync | None, error: str | None
     ) -> None:
         namespace, _, name = spec.source.removeprefix("RepositoryBinding ").partition("/")
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        reference_error = self.reference_errors.get(spec.name)
         status: dict = {
             "conditions": [
                 {
@@ -188,8 +196,15 @@ class Reconciler:
                     "status": "False" if error else "True",
                     "reason": "SyncFailed" if error else "Synced",
                     "message": (error or "synced")[:1000],
-                    "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                }
+                    "lastTransitionTime": now,
+                },
+                {
+                    "type": "SecretValid",
+                    "status": "False" if reference_error else "True",
+                    "reason": "SecretInvalid" if reference_error else "SecretsResolved",
+                    "message": (reference_error or "every referenced Secret is usable")[:1000],
+                    "lastTransitionTime": now,
+                },
             ]
         }
         if sync is not None and sync.head:

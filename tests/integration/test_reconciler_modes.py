@@ -282,6 +282,49 @@ def kubeconfig_secret(name: str, namespace: str, kubeconfig: str) -> dict:
     }
 
 
+def test_a_broken_kubeconfig_secret_reports_secret_valid_false(
+    new_tenant: Callable[..., Tenant],
+    tmp_path: Path,
+    cleanup: list[Callable[[], Any]],
+) -> None:
+    tenant = new_tenant(running=False)
+    remote, _ = bare_repo(tmp_path, "broken")
+    admin, consumer = tenant.control_plane, tenant.consumer
+    secrets = Resource("", "v1", "secrets", "Secret")
+    admin.create(secrets, kubeconfig_secret("broken-app", consumer, "this: is not a kubeconfig"))
+    binder = tenant.config.repositories[0].control_plane_kubeconfig.file
+    assert binder is not None
+    admin.create(secrets, kubeconfig_secret("broken-binder", consumer, binder.read_text()))
+    start(replace(tenant.config, repositories=(), work_dir=tmp_path / "broken-work"), cleanup)
+    admin.create(
+        REPOSITORY_BINDINGS,
+        {
+            "apiVersion": REPOSITORY_BINDINGS.api_version,
+            "kind": "RepositoryBinding",
+            "metadata": {"name": "broken", "namespace": consumer},
+            "spec": {
+                "url": f"file://{remote}",
+                "appNamespaces": [tenant.namespace],
+                "appCluster": {"kubeconfigSecretRef": {"name": "broken-app"}},
+                "controlPlane": {"kubeconfigSecretRef": {"name": "broken-binder"}},
+            },
+        },
+    )
+    cleanup.append(lambda: admin.delete(REPOSITORY_BINDINGS, consumer, "broken"))
+
+    def secret_invalid() -> dict | None:
+        status = (admin.get(REPOSITORY_BINDINGS, consumer, "broken") or {}).get("status") or {}
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        found = conditions.get("SecretValid", {})
+        return conditions if found.get("status") == "False" else None
+
+    conditions = eventually(secret_invalid, "SecretValid=False on the RepositoryBinding")
+    assert (
+        "App Cluster kubeconfig is not a usable kubeconfig" in conditions["SecretValid"]["message"]
+    )
+    assert conditions["Ready"]["status"] == "False"
+
+
 def test_repository_binding_is_followed_until_deleted(
     new_tenant: Callable[..., Tenant],
     stack: StackInfo,
@@ -333,6 +376,7 @@ def test_repository_binding_is_followed_until_deleted(
         return status if good and status.get("lastFetchedCommit") else None
 
     status = eventually(ready, "Ready=True and lastFetchedCommit on the RepositoryBinding")
+    assert {c["type"]: c["status"] for c in status["conditions"]}["SecretValid"] == "True"
     assert status["lastFetchedCommit"] in git(remote, "rev-list", "main").splitlines()
 
     admin.delete(REPOSITORY_BINDINGS, consumer, "team")
