@@ -19,6 +19,7 @@ import yaml
 from bind_api.authz import ALLOWED_GROUPS_ANNOTATION
 from bind_api.bindings import TEMPLATES
 from bind_api.config import BindApiConfig
+from bind_api.consumer import PROVIDER_SECRETS
 from bind_api.server import serve_in_background
 from klutch_gitops.bind_client import SERVICE_BINDINGS
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
@@ -30,13 +31,6 @@ from .gitops import eventually
 
 CLI = [sys.executable, "-m", "klutch_gitops.bind_cli"]
 API = "postgresqlinstances.anynines.com"
-SECRETS_CLAIM = {
-    "group": "",
-    "resource": "secrets",
-    "version": "v1",
-    "selector": {"names": ["*"], "owner": "Provider"},
-    "required": True,
-}
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +74,7 @@ def bind_url(stack: StackInfo, clusters) -> Iterator[str]:
             },
             "spec": {
                 "APIServiceSelector": {"group": "anynines.com", "resource": "postgresqlinstances"},
-                "permissionClaims": [SECRETS_CLAIM],
+                "permissionClaims": [PROVIDER_SECRETS],
             },
         },
     )
@@ -129,7 +123,7 @@ def test_exports_show_the_allowed_api(bind_url: str, id_token: str, tmp_path: Pa
     data = json.loads(cli(tmp_path, "exports", bind_url, "--token", id_token, "-o", "json").stdout)
     mine = next(e for e in data["exports"] if e["api"] == API)
     assert mine["allowed"] is True
-    assert mine["permissionClaims"] == [SECRETS_CLAIM]
+    assert mine["permissionClaims"] == [PROVIDER_SECRETS]
 
 
 def test_a_bad_token_says_to_log_in(bind_url: str, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from bind_api.bindings import (
     bind,
     unbind,
 )
+from bind_api.consumer import PROVIDER_SECRETS
 from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, NamespaceController
 from klutch_gitops.config import Config
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds, version_snapshot
@@ -37,13 +38,6 @@ from .gitops import POSTGRES, claim, eventually, git
 from .test_reconciler_modes import TEMPLATES
 
 POSTGRES_API = "postgresqlinstances.anynines.com"
-SECRETS_CLAIM = {
-    "group": "",
-    "resource": "secrets",
-    "version": "v1",
-    "selector": {"names": ["*"], "owner": "Provider"},
-    "required": True,
-}
 
 
 @pytest.fixture
@@ -69,7 +63,7 @@ def offered(admin: Kube) -> Iterator[str]:
             "metadata": {"name": resource, "namespace": namespace},
             "spec": {
                 "APIServiceSelector": {"group": api_group, "resource": resource},
-                "permissionClaims": [SECRETS_CLAIM],
+                "permissionClaims": [PROVIDER_SECRETS],
             },
         }
         admin.create(TEMPLATES[group], body)
@@ -129,7 +123,7 @@ def test_binding_twice_gives_the_same_objects(
     crd = admin.get(CRDS, None, POSTGRES_API)["spec"]
     assert export["names"]["kind"] == crd["names"]["kind"]
     assert export["versions"] == [version_snapshot(v) for v in crd["versions"]]
-    assert export["permissionClaims"] == [SECRETS_CLAIM]
+    assert export["permissionClaims"] == [PROVIDER_SECRETS]
     cluster = admin.get(CLUSTER_BINDINGS, ns, "cluster")["spec"]
     assert cluster["kubeconfigSecretRef"]["name"] == BINDER_SECRET
     assert yaml.safe_load(second.kubeconfig)["contexts"][0]["context"]["namespace"] == ns
