@@ -27,6 +27,7 @@ from bind_api.bindings import (
 from bind_api.config import BindApiConfig
 from bind_api.consumer import IDENTITY_ANNOTATION
 from bind_api.oidc import IssuerUnavailable, OIDCVerifier, Principal, TokenError
+from bind_api.web import BrowserLogin, browser_router
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import NAMESPACES, Kube
 
@@ -51,7 +52,13 @@ class BindingIn(BaseModel):
     app_kubeconfig: str | None = Field(default=None, alias="appKubeconfig", repr=False)
 
 
-def create_app(config: BindApiConfig, admin: Kube, verifier: OIDCVerifier) -> FastAPI:
+def create_app(
+    config: BindApiConfig,
+    admin: Kube,
+    verifier: OIDCVerifier,
+    browser: BrowserLogin | None = None,
+) -> FastAPI:
+    """The JSON API, and Klutch's browser flow when ``browser`` is given."""
     app = FastAPI(title="klutch-gitops bind API", docs_url=None, redoc_url=None)
     registry = CollectorRegistry()
     requests = Counter(
@@ -163,6 +170,8 @@ def create_app(config: BindApiConfig, admin: Kube, verifier: OIDCVerifier) -> Fa
         requests.labels("unbind", "ok").inc()
         return Response(status_code=204)
 
+    if browser is not None:
+        app.include_router(browser_router(config, admin, browser, requests))
     return app
 
 

@@ -5,7 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from klutch_gitops.config import NAME_PATTERN, FieldReader, read_config_file
+from klutch_gitops.config import NAME_PATTERN, FieldReader, SecretRef, read_config_file
+
+DEFAULT_SCOPES = ("openid", "email", "profile", "groups")
+
+
+@dataclass(frozen=True)
+class BrowserFlow:
+    """Klutch's browser bind flow: the bind API is an OIDC client of its own.
+
+    ``external_url`` is where browsers reach the bind API (its ``/callback`` is the redirect URI
+    registered with the issuer). ``session_key`` signs the OAuth ``state`` and encrypts the
+    session cookies; replicas behind one URL must share it. Without one, a random key is made at
+    start-up, so a restart ends logins in progress.
+    """
+
+    external_url: str
+    client_id: str
+    client_secret: SecretRef
+    session_key: SecretRef | None = None
+    scopes: tuple[str, ...] = DEFAULT_SCOPES
 
 
 @dataclass(frozen=True)
@@ -19,6 +38,7 @@ class BindApiConfig:
     tls_key: Path | None = None
     default_allowed_groups: tuple[str, ...] = ()
     consumer_prefix: str = "cluster"
+    browser: BrowserFlow | None = None
 
 
 def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
@@ -33,6 +53,7 @@ def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
             "oidc",
             "defaultAllowedGroups",
             "consumerNamespacePrefix",
+            "browser",
         },
     )
     control_plane = reader.own_kubeconfig(data.get("controlPlane"), "the bind API")
@@ -79,6 +100,7 @@ def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
         pattern=NAME_PATTERN,
         fix="use a short DNS label like cluster",
     )
+    browser = _browser(reader, data.get("browser"))
     reader.check()
     assert control_plane is not None  # no problems means it was read
     assert issuer is not None
@@ -92,7 +114,69 @@ def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
         tls_key=reader.path(key) if key else None,
         default_allowed_groups=tuple(groups),
         consumer_prefix=prefix or "cluster",
+        browser=browser,
     )
+
+
+def _browser(reader: FieldReader, data: object) -> BrowserFlow | None:
+    if data is None:
+        return None
+    where = "browser"
+    browser = reader.mapping(
+        data, where, {"externalURL", "clientId", "clientSecret", "sessionKey", "scopes"}
+    )
+    if not browser:
+        return None
+    url = reader.string(
+        browser,
+        "externalURL",
+        where,
+        required=True,
+        fix="set the URL browsers reach the bind API at, e.g. https://bind.example.com",
+    )
+    if url and (not url.startswith(("https://", "http://")) or "?" in url or "#" in url):
+        reader.problem(
+            f"{where}.externalURL",
+            f"{url!r} is not an http(s) URL without query",
+            "write it like https://bind.example.com; <externalURL>/callback must be the "
+            "redirect URI registered for the client at the issuer",
+        )
+    client_id = reader.string(
+        browser, "clientId", where, required=True, fix="set the OIDC client ID of the bind API"
+    )
+    secret = _own_secret(reader, browser.get("clientSecret"), f"{where}.clientSecret")
+    if secret is None and "clientSecret" not in browser:
+        reader.problem(
+            f"{where}.clientSecret",
+            "is required",
+            "set {file: PATH} or {env: VARIABLE} holding the client secret",
+        )
+    scopes = browser.get("scopes", list(DEFAULT_SCOPES))
+    if not isinstance(scopes, list) or "openid" not in scopes:
+        reader.problem(
+            f"{where}.scopes",
+            "must be a list of scopes including openid",
+            f"e.g. {list(DEFAULT_SCOPES)} (groups carry the authorisation)",
+        )
+        scopes = list(DEFAULT_SCOPES)
+    if url is None or client_id is None or secret is None:
+        return None
+    return BrowserFlow(
+        external_url=url.rstrip("/"),
+        client_id=client_id,
+        client_secret=secret,
+        session_key=_own_secret(reader, browser.get("sessionKey"), f"{where}.sessionKey"),
+        scopes=tuple(str(scope) for scope in scopes),
+    )
+
+
+def _own_secret(reader: FieldReader, data: object, where: str) -> SecretRef | None:
+    """A secret of the bind API itself: a file or an environment variable, never in the config."""
+    ref = reader.secret_ref(data, where)
+    if ref is not None and ref.file is None and ref.env is None:
+        reader.problem(where, "must be a file or env reference", "use {file: PATH} or {env: NAME}")
+        return None
+    return ref
 
 
 def load_bind_api_config(path: Path) -> BindApiConfig:

@@ -1,31 +1,76 @@
 """Run the bind API: its config, its Control Plane identity, its token verifier, uvicorn."""
 
+import os
+import secrets
 import threading
 from pathlib import Path
 
 import uvicorn
 
 from bind_api.app import create_app
-from bind_api.config import BindApiConfig, load_bind_api_config
+from bind_api.config import BindApiConfig, BrowserFlow, load_bind_api_config
 from bind_api.oidc import OIDCVerifier
+from bind_api.sessions import MIN_KEY_BYTES, SessionCodec
+from bind_api.web import BrowserLogin
+from klutch_gitops.config import SecretRef
+from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import Kube, api_client
+from klutch_gitops.oidc_client import http_client
 
 
 def build_server(config: BindApiConfig) -> uvicorn.Server:
     admin = Kube(api_client(config.control_plane_kubeconfig))
     verifier = OIDCVerifier(config.issuer, config.audiences, ca=config.issuer_ca)
+    browser = browser_login(config, config.browser) if config.browser else None
     host, _, port = config.listen.rpartition(":")
     return uvicorn.Server(
         uvicorn.Config(
-            create_app(config, admin, verifier),
+            create_app(config, admin, verifier, browser),
             host=host or "127.0.0.1",
             port=int(port),
+            log_config=None,  # uvicorn logs through the root handler: JSON lines, scrubbed
             log_level="warning",
             access_log=False,
             ssl_certfile=str(config.tls_cert) if config.tls_cert else None,
             ssl_keyfile=str(config.tls_key) if config.tls_key else None,
         )
     )
+
+
+def browser_login(config: BindApiConfig, flow: BrowserFlow) -> BrowserLogin:
+    """The browser flow's run-time parts; its secrets are read once, here."""
+    key = read_secret(flow.session_key, "browser.sessionKey") if flow.session_key else None
+    if key is not None and len(key) < MIN_KEY_BYTES:
+        raise KlutchError(
+            f"browser.sessionKey has {len(key)} bytes, fewer than {MIN_KEY_BYTES}",
+            "generate one with: head -c 48 /dev/urandom | base64 > session.key",
+        )
+    ca = str(config.issuer_ca) if config.issuer_ca else None
+    return BrowserLogin(
+        flow=flow,
+        client_secret=read_secret(flow.client_secret, "browser.clientSecret").decode().strip(),
+        codec=SessionCodec(key or secrets.token_bytes(MIN_KEY_BYTES)),
+        verifier=OIDCVerifier(config.issuer, (flow.client_id,), ca=config.issuer_ca),
+        http=http_client(ca),
+        issuer=config.issuer,
+    )
+
+
+def read_secret(ref: SecretRef, where: str) -> bytes:
+    if ref.env is not None:
+        if ref.env not in os.environ:
+            raise KlutchError(
+                f"{where}: environment variable {ref.env} is not set",
+                f"export {ref.env} before starting the bind API",
+            )
+        return os.environ[ref.env].encode()
+    assert ref.file is not None
+    try:
+        return ref.file.read_bytes()
+    except OSError as error:
+        raise KlutchError(
+            f"{where}: cannot read {ref.file}: {error.strerror}", "point it at a readable file"
+        ) from None
 
 
 def serve_in_background(config: BindApiConfig) -> uvicorn.Server:

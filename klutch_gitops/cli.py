@@ -163,6 +163,8 @@ def dev_run(
     cp_kubeconfig = result.info.clusters["control-plane"].kubeconfig
     out.print(f"""
 bind API              {demo.bind_api_url}  (config {demo.bind_api_config})
+  browser bind        kubectl bind {demo.bind_api_url}/export   (Klutch's flow, log in as below)
+  CLI bind            klutch-bind exports {demo.bind_api_url}
 team-a repository     file://{demo.repositories[TEAM]}
 platform repository   file://{demo.repositories["platform"]}
 reconciler config     {demo.config}

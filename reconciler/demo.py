@@ -124,17 +124,30 @@ def seed(info: StackInfo) -> Demo:
             sort_keys=False,
         )
     )
-    bind_listen = f"127.0.0.1:{free_port()}"
+    bind_url = f"http://127.0.0.1:{info.bind_api_port}"  # Dex's klutch-bind-web redirects here
+    web_secret, session_key = state / "bind-web-client-secret", state / "bind-session-key"
+    for path, value in (
+        (web_secret, info.dex.web_client_secret.encode()),
+        (session_key, secrets.token_bytes(48)),
+    ):
+        path.touch(mode=0o600)
+        path.write_bytes(value)
     bind_api_config = state / "bind-api.yaml"
     bind_api_config.write_text(
         yaml.safe_dump(
             {
                 "controlPlane": {"kubeconfig": info.clusters["control-plane"].kubeconfig},
-                "listen": bind_listen,
+                "listen": f"127.0.0.1:{info.bind_api_port}",
                 "oidc": {
                     "issuer": info.dex.issuer,
                     "ca": info.dex.ca,
                     "audiences": [info.dex.cli_client_id, info.dex.automation_client_id],
+                },
+                "browser": {
+                    "externalURL": bind_url,
+                    "clientId": info.dex.web_client_id,
+                    "clientSecret": {"file": str(web_secret)},
+                    "sessionKey": {"file": str(session_key)},
                 },
                 "defaultAllowedGroups": ["klutch-developers"],
             },
@@ -146,5 +159,5 @@ def seed(info: StackInfo) -> Demo:
         repositories=repositories,
         listen=listen,
         bind_api_config=bind_api_config,
-        bind_api_url=f"http://{bind_listen}",
+        bind_api_url=bind_url,
     )

@@ -61,6 +61,8 @@ class DexInfo:
     automation_client_id: str
     automation_client_secret: str
     cli_client_id: str
+    web_client_id: str = dex.WEB_CLIENT
+    web_client_secret: str = ""
 
 
 @dataclass
@@ -75,6 +77,7 @@ class StackInfo:
     pki: str
     ports: list[int] = field(default_factory=list)
     startup_seconds: float = 0.0
+    bind_api_port: int = 0  # reserved: the Dex client klutch-bind-web redirects to it
 
     @classmethod
     def load(cls, path: Path) -> StackInfo:
@@ -96,6 +99,7 @@ class StackInfo:
             "KLUTCH_DEX_CLIENT_ID": self.dex.automation_client_id,
             "KLUTCH_DEX_CLIENT_SECRET": self.dex.automation_client_secret,
             "KLUTCH_DEX_CLI_CLIENT_ID": self.dex.cli_client_id,
+            "KLUTCH_BIND_API_PORT": str(self.bind_api_port),
         }
         for name, cluster in self.clusters.items():
             key = name.upper().replace("-", "_")
@@ -234,7 +238,8 @@ class LocalStack:
 
         dex_port = free_port()
         issuer = f"https://127.0.0.1:{dex_port}/dex"
-        automation_secret = secrets.token_urlsafe(24)
+        automation_secret, web_secret = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+        bind_api_port = free_port()
         dex_config = paths.root / "dex" / "config.yaml"
         dex_config.parent.mkdir(mode=0o700)
         dex_config.touch(mode=0o600)
@@ -247,6 +252,8 @@ class LocalStack:
                     pki.serving_key,
                     ldap.dex_connector(ldap_port, ldap_admin_password, pki.serving_ca),
                     automation_secret,
+                    web_secret,
+                    bind_api_port,
                 )
             )
         )
@@ -330,7 +337,9 @@ class LocalStack:
                 automation_client_id=dex.AUTOMATION_CLIENT,
                 automation_client_secret=automation_secret,
                 cli_client_id=dex.CLI_CLIENT,
+                web_client_secret=web_secret,
             ),
+            bind_api_port=bind_api_port,
             ports=[
                 etcd_port,
                 etcd_peer,

@@ -51,3 +51,45 @@ extra: 1
         "extra: unknown field",
     ):
         assert expected in text, expected
+
+
+def test_the_browser_flow_reads_its_secrets_from_files_or_the_environment(tmp_path: Path) -> None:
+    text = (
+        GOOD
+        + """browser:
+  externalURL: https://bind.example.com/
+  clientId: klutch-bind-web
+  clientSecret: {file: web-secret}
+  sessionKey: {env: KLUTCH_BIND_SESSION_KEY}
+"""
+    )
+    browser = parse_bind_api_config(text, "bind.yaml", tmp_path).browser
+    assert browser is not None
+    assert browser.external_url == "https://bind.example.com"
+    assert browser.client_secret.file == tmp_path / "web-secret"
+    assert browser.session_key is not None
+    assert browser.session_key.env == "KLUTCH_BIND_SESSION_KEY"
+    assert "openid" in browser.scopes
+
+
+def test_browser_flow_problems_are_reported_with_the_rest(tmp_path: Path) -> None:
+    bad = (
+        GOOD
+        + """browser:
+  externalURL: bind.example.com
+  clientSecret: {secretRef: {name: s, key: k}}
+  scopes: [email]
+  extra: 1
+"""
+    )
+    with pytest.raises(KlutchError) as raised:
+        parse_bind_api_config(bad, "bind.yaml", tmp_path)
+    text = str(raised.value)
+    for expected in (
+        "browser.externalURL: 'bind.example.com' is not an http(s) URL",
+        "browser.clientId: is required",
+        "browser.clientSecret: must be a file or env reference",
+        "browser.scopes: must be a list of scopes including openid",
+        "browser.extra: unknown field",
+    ):
+        assert expected in text, expected

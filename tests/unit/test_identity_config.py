@@ -51,10 +51,17 @@ def test_slapd_config_hides_passwords_and_hashes_the_admin_password(tmp_path: Pa
     assert f"directory {tmp_path / 'data'}" in config
 
 
-def test_dex_uses_the_directory_for_passwords_and_has_both_clients() -> None:
+def test_dex_uses_the_directory_for_passwords_and_has_all_three_clients() -> None:
     connector = ldap.dex_connector(1636, "admin-pw", Path("/ca.crt"))
     config = dex.render(
-        "https://127.0.0.1:1/dex", "127.0.0.1:1", Path("c"), Path("k"), connector, "client-secret"
+        "https://127.0.0.1:1/dex",
+        "127.0.0.1:1",
+        Path("c"),
+        Path("k"),
+        connector,
+        "client-secret",
+        "web-secret",
+        8443,
     )
     assert config["oauth2"]["passwordConnector"] == "ldap"
     assert config["connectors"] == [connector]
@@ -64,5 +71,10 @@ def test_dex_uses_the_directory_for_passwords_and_has_both_clients() -> None:
     assert clients[dex.AUTOMATION_CLIENT]["secret"] == "client-secret"
     assert clients[dex.CLI_CLIENT]["public"] is True
     assert "secret" not in clients[dex.CLI_CLIENT]
+    assert clients[dex.WEB_CLIENT]["secret"] == "web-secret"
+    assert clients[dex.WEB_CLIENT]["redirectURIs"] == [
+        "http://127.0.0.1:8443/callback",
+        "https://127.0.0.1:8443/callback",
+    ]
     assert {"password", dex.DEVICE_GRANT} <= set(config["oauth2"]["grantTypes"])
     assert config["web"]["https"] == "127.0.0.1:1"
