@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from bind_api.consumer import (
+    BINDER_KUBECONFIG_LABEL,
     FIELD_MANAGER,
     IDENTITY_ANNOTATION,
     binder_kubeconfig,
@@ -217,11 +218,16 @@ def request_status(name: str, namespace: str, problem: str | None, now: str) -> 
     }
 
 
-def secret(namespace: str, name: str, values: Mapping[str, str]) -> dict[str, Any]:
+def secret(
+    namespace: str, name: str, values: Mapping[str, str], labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        meta["labels"] = dict(labels)
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": meta,
         "type": "Opaque",
         "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(values.items())},
     }
@@ -315,7 +321,15 @@ def bind(
     phases = {api: _export(admin, namespace, template) for api, template in templates.items()}
     kubeconfig = yaml.safe_dump(binder_kubeconfig(admin, namespace), sort_keys=False)
     objects = [
-        (SECRETS, secret(namespace, BINDER_SECRET, {"kubeconfig": kubeconfig})),
+        (
+            SECRETS,
+            secret(
+                namespace,
+                BINDER_SECRET,
+                {"kubeconfig": kubeconfig},
+                {BINDER_KUBECONFIG_LABEL: "true"},  # the reconciler renews its token
+            ),
+        ),
         (CLUSTER_BINDINGS, cluster_binding(namespace)),
     ]
     repository_binding = None

@@ -23,6 +23,8 @@ FIELD_MANAGER = "klutch-gitops-bind"
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 IDENTITY_ANNOTATION = "example-backend.klutch.anynines.com/identity"
 TOKEN_SECONDS = 24 * 3600
+# Marks the Secrets holding a binder kubeconfig, so the reconciler finds the tokens it must renew.
+BINDER_KUBECONFIG_LABEL = "klutch.anynines.com/binder-kubeconfig"
 PROVIDER_SECRETS = {
     "group": "",
     "resource": "secrets",
@@ -55,7 +57,12 @@ def export_from_crd(
 
 
 CONSUMER_RULES = [
-    {"apiGroups": [GROUP], "resources": ["apiserviceexports"], "verbs": ["get", "list", "watch"]},
+    # Read-only: the bind API answers the requests; kubectl bind only waits for their phase.
+    {
+        "apiGroups": [GROUP],
+        "resources": ["apiserviceexports", "apiserviceexportrequests"],
+        "verbs": ["get", "list", "watch"],
+    },
     {
         "apiGroups": [GROUP],
         "resources": ["apiservicenamespaces"],
@@ -103,16 +110,24 @@ def bind_consumer(
         admin.apply(resource, body, field_manager=FIELD_MANAGER, force=True)
 
 
+def binder_token(admin: Kube, namespace: str, seconds: int = TOKEN_SECONDS) -> str:
+    """A bounded TokenRequest token for ``klutch-binder``; the reconciler renews it in time."""
+    return (
+        client.CoreV1Api(admin.api)
+        .create_namespaced_service_account_token(
+            BINDER,
+            namespace,
+            client.AuthenticationV1TokenRequest(
+                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=seconds)
+            ),
+        )
+        .status.token
+    )
+
+
 def binder_kubeconfig(admin: Kube, namespace: str, seconds: int = TOKEN_SECONDS) -> dict[str, Any]:
     """A kubeconfig for ``klutch-binder`` with a bounded token, context namespace = consumer's."""
-    core = client.CoreV1Api(admin.api)
-    token = core.create_namespaced_service_account_token(
-        BINDER,
-        namespace,
-        client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=seconds)
-        ),
-    ).status
+    token = binder_token(admin, namespace, seconds)
     configuration = admin.api.configuration
     with open(configuration.ssl_ca_cert, "rb") as ca:
         ca_data = base64.b64encode(ca.read()).decode()
@@ -127,7 +142,7 @@ def binder_kubeconfig(admin: Kube, namespace: str, seconds: int = TOKEN_SECONDS)
                 "cluster": {"server": configuration.host, "certificate-authority-data": ca_data},
             }
         ],
-        "users": [{"name": name, "user": {"token": token.token}}],
+        "users": [{"name": name, "user": {"token": token}}],
         "contexts": [
             {"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}
         ],

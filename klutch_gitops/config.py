@@ -24,6 +24,7 @@ NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 REPOSITORY_NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 DURATION_PATTERN = re.compile(r"^(\d+(\.\d+)?)(ms|s|m|h)$")
 WRITE_BACK_MODES = ("inline", "files", "branch")
+TOKEN_REQUEST_MINIMUM = 600.0  # seconds: the shortest token the TokenRequest API issues
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,14 @@ class PlatformSpec:
 
 
 @dataclass(frozen=True)
+class TokenRenewal:
+    """When the reconciler renews the bounded tokens in the bind's binder kubeconfig Secrets."""
+
+    lifetime: float = 24 * 3600.0  # of a renewed token, as long as the bind API's
+    renew_before: float | None = None  # None: once a third of a token's lifetime is left
+
+
+@dataclass(frozen=True)
 class Config:
     control_plane_kubeconfig: Path
     repositories: tuple[RepositorySpec, ...] = ()
@@ -100,6 +109,7 @@ class Config:
     workers: int = 4
     work_dir: Path = Path.home() / ".cache" / "klutch-gitops" / "repos"
     bot: Bot = field(default_factory=Bot)
+    binder_tokens: TokenRenewal = field(default_factory=TokenRenewal)
 
 
 class FieldReader:
@@ -197,6 +207,28 @@ class FieldReader:
         match = DURATION_PATTERN.match(value)
         assert match
         return float(match[1]) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[match[3]]
+
+    def token_renewal(self, data: Any, where: str) -> TokenRenewal:
+        """``binderTokens``; a threshold not below the lifetime would renew without end."""
+        data = self.mapping(data, where, {"lifetime", "renewBefore"})
+        lifetime = self.duration(data, "lifetime", where)
+        if lifetime is None:
+            lifetime = TokenRenewal.lifetime
+        elif lifetime < TOKEN_REQUEST_MINIMUM:
+            self.problem(
+                f"{where}.lifetime",
+                "is shorter than the TokenRequest API's minimum of 10m",
+                "set a lifetime of 10m or more, e.g. 24h",
+            )
+        renew_before = self.duration(data, "renewBefore", where)
+        if renew_before is not None and not 0 < renew_before < lifetime:
+            self.problem(
+                f"{where}.renewBefore",
+                f"must be above 0 and below the lifetime ({lifetime:.0f}s), "
+                "else every renewed token would be due at once",
+                "set e.g. renewBefore: 8h for a 24h lifetime, or leave it out for a third",
+            )
+        return TokenRenewal(lifetime=lifetime, renew_before=renew_before)
 
     def path(self, value: str) -> Path:
         path = Path(value).expanduser()
@@ -405,6 +437,7 @@ def parse_config(text: str, origin: str, base: Path) -> Config:
             "workers",
             "workDir",
             "bot",
+            "binderTokens",
         },
     )
     control_plane = reader.own_kubeconfig(data.get("controlPlane"), "the reconciler")
@@ -448,6 +481,7 @@ def parse_config(text: str, origin: str, base: Path) -> Config:
         workers = 4
     bot = reader.mapping(data.get("bot"), "bot", {"name", "email"})
     work_dir = reader.string(data, "workDir", "")
+    binder_tokens = reader.token_renewal(data.get("binderTokens"), "binderTokens")
     reader.check()
     assert control_plane is not None  # no problems means it was read
     return Config(
@@ -460,6 +494,7 @@ def parse_config(text: str, origin: str, base: Path) -> Config:
         workers=workers,
         work_dir=reader.path(work_dir) if work_dir else Config.work_dir,
         bot=Bot(**{k: v for k, v in bot.items() if isinstance(v, str)}),
+        binder_tokens=binder_tokens,
     )
 
 

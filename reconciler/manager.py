@@ -1,4 +1,5 @@
-"""The reconciler process: registrations, triggers, workers, the namespace controller, HTTP.
+"""The reconciler process: registrations, triggers, workers, the namespace controller, binder
+token renewal, HTTP.
 
 Registrations come from the config file and from RepositoryBindings on the Control Plane. Every
 trigger — a webhook, a changed ``ls-remote``, a file-system event on a ``file://`` remote, an
@@ -27,6 +28,7 @@ from reconciler.platform import PlatformSync
 from reconciler.repository import Key, RepositorySync
 from reconciler.server import create_app, serve
 from reconciler.sources import FileWatcher, Poller
+from reconciler.tokens import TokenRenewer
 from reconciler.webhooks import PushEvent
 from reconciler.workqueue import WorkQueue, run_workers
 
@@ -49,6 +51,7 @@ class Reconciler:
         self.syncs: dict[str, RepositorySync] = {}
         self.errors: dict[str, str] = {}
         self.reference_errors: dict[str, str] = {}  # a Secret or file that could not be used
+        self.repository_locks: dict[str, threading.Lock] = {}
         self.namespaces = NamespaceController(self.admin)
         self.platform: PlatformSync | None = None
         self.poller: Poller[str] = Poller(
@@ -58,6 +61,7 @@ class Reconciler:
         self.bindings = Informer(
             self.admin, REPOSITORY_BINDINGS, self._on_binding, name="repositorybindings"
         )
+        self.tokens = TokenRenewer(self.admin, config.binder_tokens, self._binder_renewed)
         self.server = None
         self.workers: list[threading.Thread] = []
 
@@ -79,6 +83,7 @@ class Reconciler:
             self.specs[spec.name] = spec
             self.queue.add(("register", spec.name))
         self.bindings.start()
+        self.tokens.start()
         self.workers = run_workers(self.queue, self.handle, self.config.workers, "reconcile")
         self.poller.start()
         self.watcher.start()
@@ -94,6 +99,7 @@ class Reconciler:
         self.poller.stop()
         self.watcher.stop()
         self.bindings.stop()
+        self.tokens.stop()
         self.namespaces.stop()
         self.queue.shutdown()
         for worker in self.workers:  # let a pass or a push in flight finish
@@ -115,6 +121,12 @@ class Reconciler:
     # -- work -------------------------------------------------------------------------------
 
     def handle(self, key: Key) -> None:
+        """One work item. A repository's items run one at a time: a restart (a new binding spec
+        or a renewed token) replaces the checkouts that its pass and write-back use."""
+        with self.repository_locks.setdefault(key[1], threading.Lock()):
+            self._handle(key)
+
+    def _handle(self, key: Key) -> None:
         kind, name = key
         metrics.QUEUE_DEPTH.set(len(self.queue))
         try:
@@ -246,6 +258,13 @@ class Reconciler:
                 return  # a status update of ours, or a no-op edit
             self.specs[name] = spec
         self.queue.add(("register", name))
+
+    def _binder_renewed(self, namespace: str, name: str) -> None:
+        """A binder Secret got a new token: restart the registrations that resolved the old one."""
+        for spec in list(self.specs.values()):
+            ref = spec.control_plane_kubeconfig
+            if ref.name == name and (ref.namespace or spec.consumer_namespace) == namespace:
+                self.queue.add(("register", spec.name))
 
     def _ls_remote(self, url: str, branch: str) -> str | None:
         sync = next((s for s in self.syncs.values() if s.spec.url == url), None)

@@ -40,3 +40,9 @@ CLAIMS = Gauge(
 REJECTED = Gauge(
     "klutch_gitops_rejected_documents", "Documents refused", ["repository"], registry=REGISTRY
 )
+BINDER_TOKEN_EXPIRY = Gauge(
+    "klutch_gitops_binder_token_expiry_timestamp_seconds",
+    "When the token in a binder kubeconfig Secret expires; alert when it nears: renewal fails",
+    ["secret"],
+    registry=REGISTRY,
+)

@@ -15,7 +15,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -519,34 +519,40 @@ class RepositorySync:
 
     def _event(self, resource: Resource, obj: dict[str, Any], reason: str, message: str) -> None:
         """A Warning Event on the App claim, where `kubectl describe` shows it."""
-        meta = obj["metadata"]
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "type": "Warning",
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": "klutch-gitops"},
-            "metadata": {
-                "namespace": meta["namespace"],
-                "generateName": f"{meta['name']}.klutch-gitops.",
-            },
-            "involvedObject": {
-                "apiVersion": resource.api_version,
-                "kind": resource.kind,
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-            },
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
         try:
-            self.binding.app.create(EVENTS, event)
+            self.binding.app.create(EVENTS, warning_event(resource, obj, reason, message))
         except KubeError as error:
             log.warning("could not record event", extra={"error": str(error)})
+
+
+def warning_event(
+    resource: Resource, obj: Mapping[str, Any], reason: str, message: str
+) -> dict[str, Any]:
+    """A Warning Event about ``obj``, where `kubectl describe` shows it."""
+    meta = obj["metadata"]
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "type": "Warning",
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": "klutch-gitops"},
+        "metadata": {
+            "namespace": meta["namespace"],
+            "generateName": f"{meta['name']}.klutch-gitops.",
+        },
+        "involvedObject": {
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+        },
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
 
 
 def _ready(status: dict | None) -> bool:

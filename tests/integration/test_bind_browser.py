@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from bind_api.authz import ALLOWED_GROUPS_ANNOTATION
-from bind_api.bindings import TEMPLATES, unbind
+from bind_api.bindings import EXPORT_REQUESTS, TEMPLATES, unbind
 from bind_api.config import BindApiConfig, BrowserFlow
 from bind_api.consumer import PROVIDER_SECRETS
 from bind_api.namespaces import API_SERVICE_EXPORTS
@@ -228,6 +228,9 @@ def test_a_browser_binds_and_the_cli_gets_a_working_binding(
         binder = Kube(api_client(kubeconfig_file))
         exports, _ = binder.list(API_SERVICE_EXPORTS, consumer)
         assert [e["metadata"]["name"] for e in exports] == [POSTGRES]
+        request = binder.get(EXPORT_REQUESTS, consumer, POSTGRES)  # what kubectl bind waits on
+        assert request is not None
+        assert request["status"]["phase"] == "Succeeded"
     finally:
         unbind(bind_api.admin, consumer)
 
