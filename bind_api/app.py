@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header, HTTPException, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from bind_api.authz import may_bind
 from bind_api.bindings import (
@@ -30,6 +30,8 @@ from bind_api.oidc import IssuerUnavailable, OIDCVerifier, Principal, TokenError
 from bind_api.web import BrowserLogin, browser_router
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import NAMESPACES, Kube
+from klutch_gitops.urls import normalize_repo_url, redact
+from reconciler.manager import REPOSITORY_BINDINGS
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,21 @@ class RepositoryIn(BaseModel):
     password: str | None = Field(default=None, repr=False)
     ssh_private_key: str | None = Field(default=None, alias="sshPrivateKey", repr=False)
     known_hosts: str | None = Field(default=None, alias="knownHosts")
+
+    @field_validator("url")
+    @classmethod
+    def _names_a_repository(cls, url: str) -> str:
+        """Refused before anything is bound; credentials belong in their own fields."""
+        if redact(url) != url:
+            raise ValueError(
+                "the repository URL carries credentials: send them as username/password or "
+                "sshPrivateKey, which go to a Secret"
+            )
+        try:
+            normalize_repo_url(url)
+        except KlutchError as error:
+            raise ValueError(f"{error.message} ({error.fix})") from None
+        return url
 
 
 class BindingIn(BaseModel):
@@ -148,6 +165,7 @@ def create_app(
                 "subject": caller.subject,
                 "consumer": result.consumer_namespace,
                 "apis": list(body.apis),
+                "repositoryBinding": result.repository_binding,
             },
         )
         return {
@@ -160,7 +178,7 @@ def create_app(
 
     @app.get("/api/v1/bindings")
     def list_bindings(caller: Caller) -> dict[str, Any]:
-        return {"bindings": [_binding_view(ns) for ns in _owned(admin, caller)]}
+        return {"bindings": [_binding_view(admin, ns) for ns in _owned(admin, caller)]}
 
     @app.delete("/api/v1/bindings/{consumer}", status_code=204)
     def delete_binding(consumer: str, caller: Caller) -> Response:
@@ -168,6 +186,7 @@ def create_app(
             raise HTTPException(404, f"no binding {consumer} of yours")
         unbind(admin, consumer)
         requests.labels("unbind", "ok").inc()
+        log.info("unbound", extra={"subject": caller.subject, "consumer": consumer})
         return Response(status_code=204)
 
     if browser is not None:
@@ -203,10 +222,20 @@ def _owned(admin: Kube, caller: Principal) -> list[dict]:
     ]
 
 
-def _binding_view(namespace: dict) -> dict[str, Any]:
+def _binding_view(admin: Kube, namespace: dict) -> dict[str, Any]:
     identity = namespace["metadata"]["annotations"][IDENTITY_ANNOTATION]
+    repositories, _ = admin.list(REPOSITORY_BINDINGS, namespace["metadata"]["name"])
     return {
         "consumerNamespace": namespace["metadata"]["name"],
         "clusterId": identity.partition("#")[2],
         "created": namespace["metadata"].get("creationTimestamp"),
+        "repositories": [
+            {
+                "name": r["metadata"]["name"],
+                "url": r["spec"]["url"],
+                "branch": r["spec"].get("branch"),
+                "path": r["spec"].get("path"),
+            }
+            for r in repositories
+        ],
     }

@@ -9,6 +9,7 @@ in step, or write it as YAML for Git with ``--gitops-out`` (never the Secret).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -26,6 +27,7 @@ from klutch_gitops.bind_client import BindClient
 from klutch_gitops.console import err, out, run_cli
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube, KubeError, api_client
+from klutch_gitops.urls import normalize_repo_url, redact
 
 app = typer.Typer(
     help="Bind an App Cluster and a Git repository to Klutch data-service APIs.",
@@ -158,6 +160,7 @@ Kubeconfig = Annotated[
     Path | None, typer.Option("--kubeconfig", help="Kubeconfig of the App Cluster.")
 ]
 Context = Annotated[str | None, typer.Option("--context", help="Context in the kubeconfig.")]
+GIT_PASSWORD_ENV = "KLUTCH_GIT_PASSWORD"  # noqa: S105 - the variable's name, not a password
 
 
 def bearer_token(issuer: str | None, token: str | None, client_id: str | None) -> str:
@@ -289,50 +292,153 @@ def _cluster_id(kube: Kube | None) -> str:
 
 
 def _app_kubeconfig(kubeconfig: Path | None, context: str | None) -> str:
-    """The App kubeconfig file for the bind API's reconciler, ``--context`` made current."""
+    """The App kubeconfig for the bind API's reconciler: one context, credentials inlined."""
     if kubeconfig is None:
         raise KlutchError(
             "a repository binding needs the App Cluster kubeconfig for the reconciler",
             "pass --kubeconfig with --repo",
         )
+    text = _read_text(kubeconfig, "--kubeconfig")
+    return minified_kubeconfig(text, context, kubeconfig.parent, str(kubeconfig))
+
+
+_INLINED = {
+    "cluster": (("certificate-authority", "certificate-authority-data"),),
+    "user": (("client-certificate", "client-certificate-data"), ("client-key", "client-key-data")),
+}
+
+
+def minified_kubeconfig(text: str, context: str | None, base: Path, origin: str) -> str:
+    """Only ``context`` (default: the current one), its cluster and user, with every file the
+    reconciler could not read inlined, like ``kubectl config view --minify --flatten``.
+
+    The other contexts' credentials never leave the machine; an exec or auth-provider user cannot
+    work in the reconciler and is refused with what to use instead.
+    """
     try:
-        text = kubeconfig.read_text()
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise KlutchError(f"{origin} is not YAML: {error}", "check --kubeconfig") from None
+    config = config if isinstance(config, dict) else {}
+    name = context or config.get("current-context")
+    named = {
+        kind: {e.get("name"): dict(e.get(kind) or {}) for e in config.get(f"{kind}s") or []}
+        for kind in ("context", "cluster", "user")
+    }
+    if name not in named["context"]:
+        raise KlutchError(
+            f"{origin} has no context {name!r}",
+            f"pass --context with one of: {', '.join(map(str, named['context'])) or 'none'}",
+        )
+    entry = named["context"][name]
+    picked: dict[str, dict[str, Any]] = {}
+    for kind in ("cluster", "user"):
+        ref = entry.get(kind)
+        if ref not in named[kind]:
+            raise KlutchError(
+                f"{origin}: context {name!r} names {kind} {ref!r}, which it does not define",
+                "check --kubeconfig and --context",
+            )
+        picked[kind] = _inline(named[kind][ref], _INLINED[kind], base)
+    user = picked["user"]
+    if "exec" in user or "auth-provider" in user:
+        raise KlutchError(
+            f"{origin}: user {entry['user']!r} of context {name!r} logs in through a plugin, "
+            "which the reconciler cannot run",
+            "pass a kubeconfig whose user has a token or a client certificate for the App Cluster",
+        )
+    if "tokenFile" in user:
+        user["token"] = _read_text(base / user.pop("tokenFile"), "the user's tokenFile").strip()
+    minified = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": entry["cluster"], "cluster": picked["cluster"]}],
+        "users": [{"name": entry["user"], "user": user}],
+        "contexts": [{"name": name, "context": entry}],
+        "current-context": name,
+    }
+    return yaml.safe_dump(minified, sort_keys=False)
+
+
+def _inline(
+    section: dict[str, Any], fields: tuple[tuple[str, str], ...], base: Path
+) -> dict[str, Any]:
+    """``section`` with each file field replaced by its base64 ``-data`` field."""
+    for file_field, data_field in fields:
+        if file_field in section:
+            path = base / section.pop(file_field)  # relative to the kubeconfig, as kubectl does
+            try:
+                content = path.read_bytes()
+            except OSError as error:
+                raise KlutchError(
+                    f"cannot read {path} ({file_field} in the kubeconfig): {error.strerror}",
+                    "check the kubeconfig's file references",
+                ) from None
+            section[data_field] = base64.b64encode(content).decode()
+    return section
+
+
+def _read_text(path: Path, what: str) -> str:
+    """A file's text (``-`` reads stdin), or a KlutchError naming the option."""
+    try:
+        return sys.stdin.read() if str(path) == "-" else path.read_text()
     except OSError as error:
-        raise KlutchError(f"cannot read {kubeconfig}: {error}", "check --kubeconfig") from None
-    if not context:
-        return text
-    return yaml.safe_dump({**yaml.safe_load(text), "current-context": context}, sort_keys=False)
+        raise KlutchError(
+            f"cannot read {what} {path}: {error.strerror or error}", f"check {what}"
+        ) from None
 
 
-def _repository(
+CREDENTIALS_FIX = (
+    f"pass the user with --git-username and the password or token through ${GIT_PASSWORD_ENV} "
+    "or --git-password-file, never on the command line"
+)
+
+
+def repository_body(
     repo: str | None,
     branch: str,
     path: str,
     namespaces: list[str] | None,
-    git_username: str | None,
-    git_password: str | None,
-    ssh_key: Path | None,
-    known_hosts: Path | None,
+    credentials: dict[str, str],
 ) -> dict[str, Any] | None:
+    """The ``repository`` of a bind request, or None; refused before anything is created."""
     if repo is None:
         return None
     if not namespaces:
-        raise KlutchError("--repo needs the App namespaces it manages", "pass --namespace NS")
-    body: dict[str, Any] = {
+        raise KlutchError(
+            "--repo needs the App namespaces whose claims the repository holds",
+            "pass --namespace NS (repeatable)",
+        )
+    if redact(repo) != repo:
+        raise KlutchError(f"--repo {redact(repo)} carries credentials in the URL", CREDENTIALS_FIX)
+    normalize_repo_url(repo)  # a URL naming no repository is refused with the forms to use
+    return {
         "url": repo,
         "branch": branch,
         "path": path,
         "appNamespaces": namespaces,
+        **credentials,
     }
-    if git_username:
-        body["username"] = git_username
-    if git_password:
-        body["password"] = git_password
-    if ssh_key:
-        body["sshPrivateKey"] = ssh_key.read_text()
-    if known_hosts:
-        body["knownHosts"] = known_hosts.read_text()
-    return body
+
+
+def git_credentials(
+    username: str | None,
+    password_file: Path | None,
+    ssh_key: Path | None,
+    known_hosts: Path | None,
+) -> dict[str, str]:
+    """The request's credential fields; the password comes from a file, stdin or the
+    environment ($KLUTCH_GIT_PASSWORD), so it never appears in a command line or shell history."""
+    password = os.environ.get(GIT_PASSWORD_ENV) or None
+    if password_file is not None:
+        password = _read_text(password_file, "--git-password-file").rstrip("\r\n")
+    values = {
+        "username": username,
+        "password": password,
+        "sshPrivateKey": _read_text(ssh_key, "--ssh-private-key") if ssh_key else None,
+        "knownHosts": _read_text(known_hosts, "--known-hosts") if known_hosts else None,
+    }
+    return {key: value for key, value in values.items() if value}
 
 
 def apply_app_objects(kube: Kube, objects: list[tuple[Any, dict[str, Any]]]) -> list[str]:
@@ -380,18 +486,31 @@ def bind_command(
     repo: Annotated[
         str | None, typer.Option("--repo", help="Also bind this Git repository of claims.")
     ] = None,
-    branch: Annotated[str, typer.Option("--branch")] = "main",
+    branch: Annotated[
+        str, typer.Option("--branch", help="Branch the reconciler follows.")
+    ] = "main",
     path: Annotated[str, typer.Option("--path", help="Claims directory in the repo.")] = ".",
     namespaces: Annotated[
         list[str] | None,
         typer.Option("--namespace", help="App namespace the repository manages; repeatable."),
     ] = None,
-    git_username: Annotated[str | None, typer.Option("--git-username")] = None,
-    git_password: Annotated[
-        str | None, typer.Option("--git-password", envvar="KLUTCH_GIT_PASSWORD")
+    git_username: Annotated[
+        str | None, typer.Option("--git-username", help="User for an https repository.")
     ] = None,
-    ssh_key: Annotated[Path | None, typer.Option("--ssh-private-key")] = None,
-    known_hosts: Annotated[Path | None, typer.Option("--known-hosts")] = None,
+    git_password_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--git-password-file",
+            help="File holding the Git password or token ('-' reads stdin); or set "
+            f"${GIT_PASSWORD_ENV}. Never on the command line.",
+        ),
+    ] = None,
+    ssh_key: Annotated[
+        Path | None, typer.Option("--ssh-private-key", help="SSH key file for an ssh repository.")
+    ] = None,
+    known_hosts: Annotated[
+        Path | None, typer.Option("--known-hosts", help="known_hosts file for the SSH host.")
+    ] = None,
     kubeconfig: Kubeconfig = None,
     context: Context = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Accept the permission claims.")] = False,
@@ -408,9 +527,9 @@ def bind_command(
     output: OutputOption = Output.text,
 ) -> None:
     """Bind APIs (and optionally a repository) for an App Cluster, after confirming the claims."""
-    repository = _repository(
-        repo, branch, path, namespaces, git_username, git_password, ssh_key, known_hosts
-    )
+    credentials = git_credentials(git_username, git_password_file, ssh_key, known_hosts)
+    repository = repository_body(repo, branch, path, namespaces, credentials)
+    app_kubeconfig = _app_kubeconfig(kubeconfig, context) if repository is not None else None
     direct = gitops_out is None or kubeconfig is not None or context is not None
     kube = _app_kube(kubeconfig, context) if direct else None
     with _client(url, issuer, token, client_id, ca) as api:
@@ -423,7 +542,7 @@ def bind_command(
         body: dict[str, Any] = {"clusterId": cluster_id or _cluster_id(kube), "apis": api_names}
         if repository is not None:
             body["repository"] = repository
-            body["appKubeconfig"] = _app_kubeconfig(kubeconfig, context)
+            body["appKubeconfig"] = app_kubeconfig
         result = api.bind(body)
     consumer = result["consumerNamespace"]
     bound = {a: claims_by_api[a] for a in result.get("exports") or [] if a in claims_by_api}
@@ -475,10 +594,18 @@ def status_command(
         out.print("no bindings")
         return
     rows = [
-        [item["consumerNamespace"], item.get("clusterId") or "", item.get("created") or ""]
+        [
+            item["consumerNamespace"],
+            item.get("clusterId") or "",
+            ", ".join(
+                f"{r['url']}@{r.get('branch') or 'main'}:{r.get('path') or '.'}"
+                for r in item.get("repositories") or []
+            ),
+            item.get("created") or "",
+        ]
         for item in items
     ]
-    _print_table(["CONSUMER NAMESPACE", "CLUSTER ID", "CREATED"], rows)
+    _print_table(["CONSUMER NAMESPACE", "CLUSTER ID", "REPOSITORIES", "CREATED"], rows)
 
 
 @app.command("unbind")

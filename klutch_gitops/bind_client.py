@@ -42,7 +42,7 @@ class BindClient:
         timeout: float = 180.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca) if ca else True
+        verify: ssl.SSLContext | bool = tls_context(ca) if ca else True
         self.http = httpx.Client(
             base_url=self.base_url,
             headers={"Authorization": f"Bearer {token}"},
@@ -75,10 +75,7 @@ class BindClient:
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as error:
-            raise KlutchError(
-                f"cannot reach the bind API at {self.base_url}: {error}",
-                "check the URL, the network and, for a private CA, --ca",
-            ) from None
+            raise transport_error(self.base_url, error) from None
         if response.status_code >= 400:
             raise api_error(response)
         if not response.content:
@@ -91,6 +88,40 @@ class BindClient:
                 "check that the URL is the bind API's base URL",
             ) from None
         return body if isinstance(body, dict) else {}
+
+
+def tls_context(ca: str) -> ssl.SSLContext:
+    """Verify the bind API against the CA bundle of ``--ca`` (PEM) instead of the system's."""
+    try:
+        return ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as error:
+        raise KlutchError(
+            f"cannot use --ca {ca}: {error}",
+            "pass a readable PEM bundle of the CA that signed the bind API's certificate",
+        ) from None
+
+
+def transport_error(base_url: str, error: httpx.HTTPError) -> KlutchError:
+    """Why no answer came: an untrusted certificate, plain http to a TLS port, or the network."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, ssl.SSLCertVerificationError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        reason = cause.verify_message or str(cause)
+        fix = (
+            "use a URL whose host name the certificate names"
+            if "mismatch" in reason.lower()
+            else "pass --ca FILE: the PEM bundle of the CA that signed the bind API's certificate"
+        )
+        return KlutchError(
+            f"the bind API's TLS certificate at {base_url} is not trusted: {reason}", fix
+        )
+    fix = "check the URL, the network and, for a private CA, --ca"
+    if base_url.startswith("http://") and isinstance(
+        error, (httpx.RemoteProtocolError, httpx.ReadError)
+    ):
+        fix = "if the bind API serves TLS, use an https:// URL (with --ca for a private CA)"
+    return KlutchError(f"cannot reach the bind API at {base_url}: {error}", fix)
 
 
 def api_error(response: httpx.Response) -> KlutchError:

@@ -1,12 +1,54 @@
-"""Structured logs: one JSON object per line, with the ``extra`` fields a call site passes."""
+"""Structured logs: one JSON object per line, with the ``extra`` fields a call site passes.
+
+Every string on a line (message, extra fields, exception) passes ``scrub`` first, a safety net
+under the rule that tokens and passwords never enter logs: bearer tokens, JWTs (ID and
+ServiceAccount tokens), passwords in URLs and private keys, PEM or base64-encoded as in a
+kubeconfig's ``client-key-data``, become ``***``.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
+from typing import Any
 
-_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+from klutch_gitops.urls import redact
+
+# uvicorn's ``color_message`` repeats the message with terminal colours: noise in JSON
+_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "color_message"}
+MASK = "***"
+_SECRETS = (
+    (re.compile(r"(?i)\b(bearer\s+)[\w.~+/-]{16,}=*"), rf"\g<1>{MASK}"),  # RFC 6750 b64token
+    (re.compile(r"\beyJ[\w-]+\.[\w-]+\.[\w-]*"), MASK),  # a JWT: base64url of '{"' first
+    (
+        re.compile(
+            r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.S
+        ),
+        MASK,
+    ),
+    (re.compile(r"LS0tLS1CRUdJT[A-Za-z0-9+/]*={0,2}"), MASK),  # base64 of '-----BEGIN …'
+)
+
+
+def scrub(text: str) -> str:
+    """``text`` without the credentials it might carry."""
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return redact(text)
+
+
+def _scrubbed(value: Any) -> Any:
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {k: _scrubbed(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_scrubbed(v) for v in value]
+    if isinstance(value, bool | int | float) or value is None:
+        return value
+    return scrub(str(value))
 
 
 class JsonFormatter(logging.Formatter):
@@ -20,7 +62,7 @@ class JsonFormatter(logging.Formatter):
         entry.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return json.dumps(_scrubbed(entry))
 
 
 def configure(level: str = "info") -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,3 +137,31 @@ def test_bind_is_authorised_idempotent_listed_and_removed(api, id_token: str) ->
         client.delete(f"/api/v1/bindings/{consumer}", headers=bearer(id_token)).status_code == 204
     )
     eventually(lambda: admin.get(NAMESPACES, None, consumer) is None, "the consumer to go")
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("https://bot:s3cret@git.example.com/team/claims", "carries credentials"),
+        ("team claims", "is not a repository URL"),
+    ],
+)
+def test_a_repository_url_is_checked_before_anything_is_bound(
+    api, id_token: str, url: str, message: str
+) -> None:
+    client, _, _ = api
+    cluster = f"app-{uuid.uuid4().hex[:6]}"
+    refused = client.post(
+        "/api/v1/bindings",
+        headers=bearer(id_token),
+        json={
+            "clusterId": cluster,
+            "apis": ["postgresqlinstances.anynines.com"],
+            "repository": {"url": url, "appNamespaces": ["team-a"]},
+            "appKubeconfig": "apiVersion: v1\nkind: Config\n",
+        },
+    )
+    assert refused.status_code == 422
+    assert message in json.dumps(refused.json())
+    listed = client.get("/api/v1/bindings", headers=bearer(id_token)).json()["bindings"]
+    assert not any(b["clusterId"] == cluster for b in listed)

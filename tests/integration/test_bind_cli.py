@@ -4,115 +4,40 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import ssl
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
-from bind_api.authz import ALLOWED_GROUPS_ANNOTATION
-from bind_api.bindings import TEMPLATES
-from bind_api.config import BindApiConfig
+from bind_api.bindings import BINDER_SECRET
 from bind_api.consumer import PROVIDER_SECRETS
-from bind_api.server import serve_in_background
+from bind_api.namespaces import API_SERVICE_NAMESPACES, mapped_namespace
+from bind_api.server import build_server
 from klutch_gitops.bind_client import SERVICE_BINDINGS
-from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
+from klutch_gitops.config import Config
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube
 from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
+from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
 
-from .gitops import eventually
-
-CLI = [sys.executable, "-m", "klutch_gitops.bind_cli"]
-API = "postgresqlinstances.anynines.com"
+from .bindapi import API, bind_api_config, cli, dev_id_token, offered_api, serving
+from .gitops import POSTGRES, claim, eventually, git
+from .test_bindings import bare_repo
 
 
 @pytest.fixture(scope="module")
 def id_token(stack: StackInfo) -> str:
-    with httpx.Client(verify=ssl.create_default_context(cafile=stack.dex.ca)) as http:
-        response = http.post(
-            f"{stack.dex.issuer}/token",
-            data={
-                "grant_type": "password",
-                "username": stack.dex.email,
-                "password": stack.dex.password,
-                "scope": "openid email groups",
-            },
-            auth=(stack.dex.automation_client_id, stack.dex.automation_client_secret),
-        )
-    response.raise_for_status()
-    return response.json()["id_token"]
+    return dev_id_token(stack)
 
 
 @pytest.fixture(scope="module")
 def bind_url(stack: StackInfo, clusters) -> Iterator[str]:
     """A bind API server in the background, and a template (with a claim) for the test's API."""
-    admin = Kube(clusters["control-plane"])
-    install_crds(
-        clusters["control-plane"], load_crds(cluster="control-plane") + load_dev_claim_crds()
-    )
-    install_crds(clusters["app"], load_crds(cluster="app"))
-    namespace = f"a-bindcli-{uuid.uuid4().hex[:6]}"  # sorts first: this template wins
-    admin.apply(
-        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-    )
-    admin.apply(
-        TEMPLATES[0],
-        {
-            "apiVersion": TEMPLATES[0].api_version,
-            "kind": TEMPLATES[0].kind,
-            "metadata": {
-                "name": "postgresqlinstances",
-                "namespace": namespace,
-                "annotations": {ALLOWED_GROUPS_ANNOTATION: "team-a"},
-            },
-            "spec": {
-                "APIServiceSelector": {"group": "anynines.com", "resource": "postgresqlinstances"},
-                "permissionClaims": [PROVIDER_SECRETS],
-            },
-        },
-    )
-    port = free_port()
-    server = serve_in_background(
-        BindApiConfig(
-            control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
-            issuer=stack.dex.issuer,
-            audiences=(stack.dex.automation_client_id,),
-            issuer_ca=Path(stack.dex.ca),
-            listen=f"127.0.0.1:{port}",
-        )
-    )
-    url = f"http://127.0.0.1:{port}"
-    eventually(lambda: _healthy(url), "the bind API to listen")
-    yield url
-    server.should_exit = True
-    admin.delete(NAMESPACES, None, namespace)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz").status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}
-    return subprocess.run(
-        [*CLI, *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    with offered_api(clusters), serving(build_server(bind_api_config(stack))) as url:
+        yield url
 
 
 def test_exports_show_the_allowed_api(bind_url: str, id_token: str, tmp_path: Path) -> None:
@@ -194,3 +119,161 @@ def test_bind_status_unbind(
     again = cli(tmp_path, "unbind", bind_url, consumer, "--token", id_token)
     assert again.returncode == 1
     assert "no binding" in again.stderr
+
+
+def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
+    bind_url: str, id_token: str, stack: StackInfo, clusters, tmp_path: Path
+) -> None:
+    app, control_plane = Kube(clusters["app"]), Kube(clusters["control-plane"])
+    kubeconfig = stack.clusters["app"].kubeconfig
+    team = f"team-{uuid.uuid4().hex[:6]}"
+    app.create(NAMESPACES, {"metadata": {"name": team}})
+    remote = bare_repo(tmp_path, {"README.md": "team claims\n"})
+    password_file = tmp_path / "git-password"
+    password_file.write_text(f"git-{uuid.uuid4().hex}\n")
+    common = ["--token", id_token, "--kubeconfig", kubeconfig]
+    reconciler = Reconciler(
+        Config(
+            control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
+            listen=f"127.0.0.1:{free_port()}",
+            poll_interval=1.0,
+            batch_window=0.3,
+            workers=2,
+            work_dir=tmp_path / "work",
+        )
+    ).start(serve_http=False)
+    try:
+        bound = cli(
+            tmp_path,
+            "bind", bind_url, "--api", API, "--cluster-id", f"repo-{uuid.uuid4().hex[:6]}",
+            "--repo", f"file://{remote}", "--branch", "main", "--path", "claims",
+            "--namespace", team, "--git-username", "bot", "--git-password-file", str(password_file),
+            "--yes", "-o", "json", *common,
+        )  # fmt: skip
+        assert bound.returncode == 0, bound.stderr
+        report = json.loads(bound.stdout)
+        consumer, name = report["consumerNamespace"], report["repositoryBinding"]
+        password = password_file.read_text().strip()
+        assert password not in bound.stdout + bound.stderr
+        assert "kubeconfig" not in report
+
+        binding = control_plane.get(REPOSITORY_BINDINGS, consumer, name)
+        assert binding is not None
+        spec = binding["spec"]
+        assert (spec["url"], spec["branch"], spec["path"], spec["appNamespaces"]) == (
+            f"file://{remote}",
+            "main",
+            "claims",
+            [team],
+        )
+        assert spec["controlPlane"]["kubeconfigSecretRef"]["name"] == BINDER_SECRET
+        credentials = control_plane.get(SECRETS, consumer, spec["credentialsSecretRef"]["name"])
+        assert base64.b64decode(credentials["data"]["password"]).decode() == password
+        app_secret = control_plane.get(
+            SECRETS, consumer, spec["appCluster"]["kubeconfigSecretRef"]["name"]
+        )
+        sent = yaml.safe_load(base64.b64decode(app_secret["data"]["kubeconfig"]))
+        assert len(sent["contexts"]) == len(sent["users"]) == len(sent["clusters"]) == 1
+
+        eventually(
+            lambda: f"{consumer}.{name}" in reconciler.syncs, "the reconciler to follow the binding"
+        )
+        clone = tmp_path / "human"
+        (clone / "claims").mkdir()
+        (clone / "claims" / "orders.yaml").write_text(claim("orders", team))
+        git(clone, "add", "-A")
+        git(clone, "commit", "-q", "-m", "a database")
+        git(clone, "push", "-q", "origin", "main")
+        eventually(lambda: app.get(POSTGRES, team, "orders"), "the claim in the App namespace")
+        mapped = mapped_namespace(consumer, team)
+        eventually(
+            lambda: control_plane.get(POSTGRES, mapped, "orders"),
+            "the claim in the consumer's mapped Control Plane namespace",
+        )
+        mapping = control_plane.get(API_SERVICE_NAMESPACES, consumer, team)
+        assert mapping["status"]["namespace"] == mapped
+        head = git(clone, "rev-parse", "HEAD")
+        eventually(
+            lambda: _reported(control_plane.get(REPOSITORY_BINDINGS, consumer, name), remote, head),
+            "the RepositoryBinding to report Ready at (or after) the pushed commit",
+        )
+
+        listed = cli(tmp_path, "status", bind_url, "--token", id_token, "-o", "json")
+        assert listed.returncode == 0, listed.stderr
+        (mine,) = [
+            b for b in json.loads(listed.stdout)["bindings"] if b["consumerNamespace"] == consumer
+        ]
+        assert mine["repositories"] == [
+            {"name": name, "url": f"file://{remote}", "branch": "main", "path": "claims"}
+        ]
+
+        gone = cli(tmp_path, "unbind", bind_url, consumer, *common)
+        assert gone.returncode == 0, gone.stderr
+        assert f"unbound {consumer}" in gone.stdout
+        assert control_plane.get(REPOSITORY_BINDINGS, consumer, name) is None
+        assert control_plane.get(NAMESPACES, None, consumer) is None
+        assert control_plane.get(NAMESPACES, None, mapped) is None
+        eventually(
+            lambda: f"{consumer}.{name}" not in reconciler.syncs,
+            "the reconciler to drop the repository",
+        )
+        assert consumer not in cli(tmp_path, "status", bind_url, "--token", id_token).stdout
+    finally:
+        reconciler.stop()
+        app.delete(NAMESPACES, None, team)
+
+
+def _reported(binding: dict | None, remote: Path, commit: str) -> bool:
+    """Ready, its Secrets valid, and fetched ``commit`` or a later one (the bot's, say)."""
+    status = (binding or {}).get("status") or {}
+    ready = {c["type"]: c["status"] for c in status.get("conditions") or []}
+    fetched = status.get("lastFetchedCommit")
+    return bool(
+        ready.get("Ready") == ready.get("SecretValid") == "True"
+        and fetched
+        and subprocess.run(
+            ["git", "merge-base", "--is-ancestor", commit, fetched], cwd=remote, check=False
+        ).returncode
+        == 0
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message", "fix"),
+    [
+        (["--repo", "file:///srv/team.git"], "--repo needs the App namespaces", "--namespace NS"),
+        (["--repo", "team claims", "--namespace", "team"], "is not a repository URL", "https://"),
+        (
+            ["--repo", "https://bot:hunter2@git.example.com/team.git", "--namespace", "team"],
+            "carries credentials in the URL",
+            "--git-password-file",
+        ),
+        (
+            ["--repo", "file:///srv/team.git", "--namespace", "team", "--context", "nowhere"],
+            "has no context 'nowhere'",
+            "--context",
+        ),
+    ],
+)
+def test_bad_repository_options_are_refused_before_anything_is_bound(
+    bind_url: str,
+    id_token: str,
+    stack: StackInfo,
+    tmp_path: Path,
+    options: list[str],
+    message: str,
+    fix: str,
+) -> None:
+    kubeconfig = stack.clusters["app"].kubeconfig
+    result = cli(
+        tmp_path, "bind", bind_url, "--api", API, "--cluster-id", "refused", "--yes",
+        "--token", id_token, "--kubeconfig", kubeconfig, *options,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert "fix: " in result.stderr
+    assert fix in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "hunter2" not in result.stderr
+    listed = cli(tmp_path, "status", bind_url, "--token", id_token, "-o", "json")
+    assert "refused" not in {b["clusterId"] for b in json.loads(listed.stdout)["bindings"]}

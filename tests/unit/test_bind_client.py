@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 from pathlib import Path
 
 import httpx
@@ -15,6 +16,9 @@ from klutch_gitops.bind_cli import (
     bearer_token,
     claims_for,
     confirmation_needed,
+    git_credentials,
+    minified_kubeconfig,
+    repository_body,
     write_gitops,
 )
 from klutch_gitops.bind_client import BindClient
@@ -184,3 +188,134 @@ def test_a_token_comes_from_the_option_or_needs_an_issuer() -> None:
     assert bearer_token(None, "given", None) == "given"
     with pytest.raises(KlutchError, match="--issuer"):
         bearer_token(None, None, None)
+
+
+def test_an_untrusted_certificate_asks_for_the_ca() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        cause = ssl.SSLCertVerificationError(1, "certificate verify failed")
+        cause.verify_message = "unable to get local issuer certificate"
+        raise httpx.ConnectError("TLS failed", request=request) from cause
+
+    with client(handler) as api, pytest.raises(KlutchError) as raised:
+        api.exports()
+    assert "TLS certificate at https://bind.test is not trusted" in raised.value.message
+    assert "unable to get local issuer certificate" in raised.value.message
+    assert raised.value.fix.startswith("pass --ca FILE")
+
+
+def test_plain_http_that_gets_no_answer_suggests_https() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.RemoteProtocolError("Server disconnected", request=request)
+
+    api = BindClient("http://bind.test", "tok", transport=httpx.MockTransport(handler))
+    with api, pytest.raises(KlutchError) as raised:
+        api.exports()
+    assert "https://" in raised.value.fix
+
+
+def test_an_unreadable_ca_is_a_klutch_error(tmp_path: Path) -> None:
+    with pytest.raises(KlutchError, match="cannot use --ca"):
+        BindClient("https://bind.test", "tok", ca=str(tmp_path / "missing.crt"))
+    (tmp_path / "junk.crt").write_text("not a certificate")
+    with pytest.raises(KlutchError, match="cannot use --ca"):
+        BindClient("https://bind.test", "tok", ca=str(tmp_path / "junk.crt"))
+
+
+def test_a_repository_body_needs_namespaces_and_a_url_without_credentials() -> None:
+    assert repository_body(None, "main", ".", None, {}) is None
+    body = repository_body("file:///srv/t.git", "dev", "claims", ["team"], {"username": "bot"})
+    assert body == {
+        "url": "file:///srv/t.git",
+        "branch": "dev",
+        "path": "claims",
+        "appNamespaces": ["team"],
+        "username": "bot",
+    }
+    with pytest.raises(KlutchError, match="--repo needs the App namespaces"):
+        repository_body("file:///srv/t.git", "main", ".", None, {})
+    with pytest.raises(KlutchError, match="not a repository URL"):
+        repository_body("team", "main", ".", ["team"], {})
+    for url in ("https://bot:hunter2@git.example/t.git", "https://tok3n@git.example/t.git"):
+        with pytest.raises(KlutchError) as raised:
+            repository_body(url, "main", ".", ["team"], {})
+        assert "credentials in the URL" in raised.value.message
+        assert "hunter2" not in raised.value.message
+        assert "tok3n" not in raised.value.message
+    assert repository_body("ssh://git@git.example/t.git", "main", ".", ["team"], {})
+
+
+def test_git_credentials_come_from_files_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KLUTCH_GIT_PASSWORD", raising=False)
+    assert git_credentials(None, None, None, None) == {}
+    monkeypatch.setenv("KLUTCH_GIT_PASSWORD", "from-env")
+    assert git_credentials("bot", None, None, None) == {"username": "bot", "password": "from-env"}
+    (tmp_path / "pw").write_text("from-file\n")
+    (tmp_path / "key").write_text("KEY\n")
+    assert git_credentials(None, tmp_path / "pw", tmp_path / "key", None) == {
+        "password": "from-file",
+        "sshPrivateKey": "KEY\n",
+    }
+    with pytest.raises(KlutchError, match="cannot read --known-hosts"):
+        git_credentials(None, None, None, tmp_path / "missing")
+
+
+KUBECONFIG = """
+apiVersion: v1
+kind: Config
+current-context: admin
+clusters:
+- {name: app, cluster: {server: https://app:6443, certificate-authority: ca.crt}}
+- {name: other, cluster: {server: https://other:6443}}
+users:
+- {name: admin, user: {client-certificate: admin.crt, client-key: /keys/admin.key}}
+- {name: bot, user: {tokenFile: token}}
+- {name: cloud, user: {exec: {command: cloud-login}}}
+- {name: other, user: {token: other-secret}}
+contexts:
+- {name: admin, context: {cluster: app, user: admin, namespace: team}}
+- {name: bot, context: {cluster: app, user: bot}}
+- {name: cloud, context: {cluster: app, user: cloud}}
+- {name: other, context: {cluster: other, user: other}}
+"""
+
+
+def test_the_app_kubeconfig_is_one_context_with_files_inlined(tmp_path: Path) -> None:
+    (tmp_path / "ca.crt").write_text("CA")
+    (tmp_path / "admin.crt").write_text("CERT")
+    (tmp_path / "token").write_text("bot-token\n")
+    keys = tmp_path / "keys"
+    text = KUBECONFIG.replace("/keys/", f"{keys}/")
+    keys.mkdir()
+    (keys / "admin.key").write_text("KEY")
+
+    admin = yaml.safe_load(minified_kubeconfig(text, None, tmp_path, "kc"))
+    assert admin["current-context"] == "admin"
+    assert [c["name"] for c in admin["contexts"]] == ["admin"]
+    assert admin["contexts"][0]["context"]["namespace"] == "team"
+    assert admin["clusters"] == [
+        {
+            "name": "app",
+            "cluster": {
+                "server": "https://app:6443",
+                "certificate-authority-data": base64.b64encode(b"CA").decode(),
+            },
+        }
+    ]
+    assert admin["users"][0]["user"] == {
+        "client-certificate-data": base64.b64encode(b"CERT").decode(),
+        "client-key-data": base64.b64encode(b"KEY").decode(),
+    }
+    assert "other-secret" not in yaml.safe_dump(admin)
+
+    bot = yaml.safe_load(minified_kubeconfig(text, "bot", tmp_path, "kc"))
+    assert bot["users"] == [{"name": "bot", "user": {"token": "bot-token"}}]
+    with pytest.raises(KlutchError, match="through a plugin"):
+        minified_kubeconfig(text, "cloud", tmp_path, "kc")
+    with pytest.raises(KlutchError, match="has no context 'nowhere'") as raised:
+        minified_kubeconfig(text, "nowhere", tmp_path, "kc")
+    assert "admin, bot, cloud, other" in raised.value.fix
+    (keys / "admin.key").unlink()
+    with pytest.raises(KlutchError, match=r"admin\.key"):
+        minified_kubeconfig(text, None, tmp_path, "kc")
