@@ -233,7 +233,8 @@ def _print_info(info: StackInfo) -> None:
         ("  password", info.dex.password),
         (
             "  clients",
-            f"{info.dex.automation_client_id} (confidential), {info.dex.cli_client_id} (public)",
+            f"{info.dex.automation_client_id} (confidential), {info.dex.cli_client_id} (public), "
+            f"{info.dex.web_client_id} (the bind API's browser flow)",
         ),
         ("environment", f"source {Path(info.state_dir) / 'stack.env'}"),
     ]
