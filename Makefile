@@ -1,6 +1,6 @@
 # The entry points people type. Each target installs what it needs itself.
-#   make run    the local stack (etcd, app + control-plane clusters, Dex) and the reconciler on the
-#               example repositories
+#   make run    the local stack (etcd, app + control-plane clusters, Dex, Crossplane) and the
+#               reconciler on the example repositories
 #   make test   every test tier that CI runs, against the real local stack
 PYTHON ?= python3
 VENV   ?= .venv
@@ -26,7 +26,7 @@ debian-packages:
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		$(DEBIAN_PACKAGES)
 
-bins: setup            ## build kube-apiserver, kube-controller-manager, kubectl, etcd, Dex (cached)
+bins: setup            ## build kube-apiserver, kube-controller-manager, kubectl, etcd, Dex, Crossplane (cached)
 	$(BIN)/klutch-gitops dev bins
 
 run: bins              ## local stack + example repositories + the reconciler (Ctrl-C stops it)

@@ -10,6 +10,7 @@ prebuilt binaries instead.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -18,13 +19,23 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from klutch_gitops.errors import KlutchError
 
 TOOLS_DIR = Path(__file__).resolve().parents[2] / "tools" / "bins"
-MIN_GO = (1, 25)
+
+
+def _kube_version_vars(*packages: str) -> dict[str, str]:
+    """Kubernetes' version variables; unstamped, ``/version`` says v0.0.0-master."""
+    values = {
+        "gitVersion": "{version}",
+        "gitMajor": "{major}",
+        "gitMinor": "{minor}",
+        "gitTreeState": "clean",
+    }
+    return {f"{pkg}.{name}": value for pkg in packages for name, value in values.items()}
 
 
 @dataclass(frozen=True)
@@ -34,7 +45,11 @@ class Component:
     name: str
     module: str  # the upstream module whose required version keys the cache
     binaries: dict[str, str]  # binary name -> Go package
-    version_ldflags: tuple[str, ...] = ()  # Go packages whose version variables are stamped
+    # Go variable -> value stamped with -X; {version}, {major} and {minor} are filled in.
+    version_vars: dict[str, str] = field(default_factory=dict)
+    # Directory name in the cache -> directory of ``module`` whose *.yaml files are copied there,
+    # so data that must match the binary (CRDs) is versioned with it and never committed.
+    assets: dict[str, str] = field(default_factory=dict)
     cgo: bool = False
 
     @property
@@ -60,9 +75,8 @@ class Component:
         version = self.version()
         major, minor = version.lstrip("v").split(".")[:2]
         return " ".join(
-            f"-X {pkg}.gitVersion={version} -X {pkg}.gitMajor={major} -X {pkg}.gitMinor={minor}"
-            f" -X {pkg}.gitTreeState=clean"
-            for pkg in self.version_ldflags
+            f"-X {var}={value.format(version=version, major=major, minor=minor)}"
+            for var, value in self.version_vars.items()
         )
 
 
@@ -76,10 +90,20 @@ COMPONENTS = (
             "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
             "kubectl": "k8s.io/kubernetes/cmd/kubectl",
         },
-        version_ldflags=("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"),
+        version_vars=_kube_version_vars(
+            "k8s.io/component-base/version", "k8s.io/client-go/pkg/version"
+        ),
     ),
     # Dex 2.41 compiles its SQLite storage only with cgo (gcc), even when it is not used.
     Component("dex", "github.com/dexidp/dex", {"dex": "github.com/dexidp/dex/cmd/dex"}, cgo=True),
+    # `crossplane --version` and the package manager's version constraints read the stamped version.
+    Component(
+        "crossplane",
+        "github.com/crossplane/crossplane",
+        {"crossplane": "github.com/crossplane/crossplane/cmd/crossplane"},
+        version_vars={"github.com/crossplane/crossplane/internal/version.version": "{version}"},
+        assets={"crossplane-crds": "cluster/crds"},
+    ),
 )
 
 
@@ -109,21 +133,22 @@ class Resolved:
 
 
 def resolve_all() -> dict[str, Resolved]:
-    """Where each binary is, without building anything."""
+    """Where each binary and asset directory is, without building anything."""
     found: dict[str, Resolved] = {}
     for component in COMPONENTS:
         cached = cache_dir(component)
-        for binary in component.binaries:
-            found[binary] = Resolved(binary, None, "missing")
+        for name in [*component.binaries, *component.assets]:
+            present = _is_executable if name in component.binaries else Path.is_dir
+            found[name] = Resolved(name, None, "missing")
             for var, directory in [*override_dirs(), ("cache", cached)]:
-                if _is_executable(directory / binary):
-                    found[binary] = Resolved(binary, directory / binary, var)
+                if present(directory / name):
+                    found[name] = Resolved(name, directory / name, var)
                     break
     return found
 
 
 def require(*names: str) -> dict[str, Path]:
-    """Paths of the named binaries, or one error that lists every missing one and the fix."""
+    """Paths of the named binaries and assets, or one error naming every missing one and the fix."""
     found = resolve_all()
     missing = [n for n in names if found[n].path is None]
     if missing:
@@ -159,23 +184,29 @@ def build_missing(on_start: Callable[[str, str], None] = lambda c, b: None) -> l
         resolved = resolve_all()  # inside the lock: a concurrent build may just have finished
         for component in COMPONENTS:
             version = component.version()
-            wanted = [b for b in component.binaries if resolved[b].path is None]
+            names = [*component.binaries, *component.assets]
+            wanted = [n for n in names if resolved[n].path is None]
             reports += [
-                BuildReport(component.name, version, b, resolved[b].source, None)
-                for b in component.binaries
-                if b not in wanted
+                BuildReport(component.name, version, n, resolved[n].source, None)
+                for n in names
+                if n not in wanted
             ]
             if not wanted:
                 continue
             target = cache_dir(component)
             staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_root()))
             try:
-                if target.exists():  # keep binaries of this version that are already there
+                if target.exists():  # keep what of this version is already there
                     shutil.copytree(target, staging, dirs_exist_ok=True)
-                for binary in wanted:
-                    on_start(component.name, binary)
-                    seconds = _go_build(component, binary, staging / binary)
-                    reports.append(BuildReport(component.name, version, binary, "built", seconds))
+                for name in wanted:
+                    on_start(component.name, name)
+                    started = time.monotonic()
+                    if name in component.binaries:
+                        _go_build(component, name, staging / name)
+                    else:
+                        _copy_asset(component, component.assets[name], staging / name)
+                    seconds = time.monotonic() - started
+                    reports.append(BuildReport(component.name, version, name, "built", seconds))
                 if target.exists():
                     shutil.rmtree(target)
                 staging.rename(target)
@@ -184,13 +215,16 @@ def build_missing(on_start: Callable[[str, str], None] = lambda c, b: None) -> l
     return reports
 
 
-def _go_build(component: Component, binary: str, output: Path) -> float:
-    env = {
+def _go_env(component: Component) -> dict[str, str]:
+    return {
         **os.environ,
         "GOTOOLCHAIN": "local",
         "CGO_ENABLED": "1" if component.cgo else "0",
         "GOFLAGS": "-mod=mod",
     }
+
+
+def _go_build(component: Component, binary: str, output: Path) -> None:
     argv = [
         "go",
         "build",
@@ -201,35 +235,76 @@ def _go_build(component: Component, binary: str, output: Path) -> float:
         str(output),
         component.binaries[binary],
     ]
-    started = time.monotonic()
+    _run_go(component, binary, argv)
+
+
+def _copy_asset(component: Component, source: str, output: Path) -> None:
+    """Copy ``source``'s YAML files out of the module cache (read-only there, so files only)."""
+    argv = ["go", "mod", "download", "-json", component.module]
+    module = Path(json.loads(_run_go(component, output.name, argv))["Dir"])
+    files = sorted((module / source).glob("*.yaml"))
+    if not files:
+        raise KlutchError(
+            f"{component.module}@{component.version()} has no YAML files in {source}/",
+            f"check the asset path for {output.name} in klutch_gitops/localstack/binaries.py",
+        )
+    output.mkdir()
+    for file in files:
+        shutil.copyfile(file, output / file.name)
+
+
+def _run_go(component: Component, name: str, argv: list[str]) -> str:
+    """Run a go command in the wrapper module; its stdout, or an error with the command."""
     result = subprocess.run(
-        argv, cwd=component.module_dir, env=env, capture_output=True, text=True, check=False
+        argv,
+        cwd=component.module_dir,
+        env=_go_env(component),
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if result.returncode != 0:
         raise KlutchError(
-            f"building {binary} ({component.name} {component.version()}) failed:\n"
+            f"building {name} ({component.name} {component.version()}) failed:\n"
             f"{result.stderr[-4000:]}",
             f"check Go and network access to the module proxy, then rerun 'make bins' "
             f"(command: cd {component.module_dir} && {' '.join(argv)})",
         )
-    return time.monotonic() - started
+    return result.stdout
+
+
+def go_version(text: str) -> tuple[int, ...] | None:
+    """``1.26.7`` (a go directive) or ``go1.26.7`` (``go env GOVERSION``) as a comparable tuple."""
+    match = re.match(r"(?:go)?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    return tuple(int(part or 0) for part in match.groups()) if match else None
+
+
+def required_go() -> tuple[int, ...]:
+    """The newest ``go`` directive of the wrapper modules: with GOTOOLCHAIN=local, the minimum."""
+    directives = [
+        re.search(r"^go\s+(\S+)", (c.module_dir / "go.mod").read_text(), re.MULTILINE)
+        for c in COMPONENTS
+    ]
+    return max(go_version(d[1]) or (0,) for d in directives if d)
 
 
 def _check_go() -> None:
+    wanted = ".".join(map(str, required_go()))
     go = shutil.which("go")
     if go is None:
         raise KlutchError(
             "the Go toolchain is not on PATH",
-            f"install Go {MIN_GO[0]}.{MIN_GO[1]} or newer (https://go.dev/doc/install)",
+            f"install Go {wanted} or newer (https://go.dev/doc/install)",
         )
     out = subprocess.run(
         [go, "env", "GOVERSION"], capture_output=True, text=True, check=True
-    ).stdout
-    match = re.match(r"go(\d+)\.(\d+)", out.strip())
-    if not match or (int(match[1]), int(match[2])) < MIN_GO:
+    ).stdout.strip()
+    found = go_version(out)
+    if found is None or found < required_go():
         raise KlutchError(
-            f"Go {out.strip()} is too old to build the local stack",
-            f"install Go {MIN_GO[0]}.{MIN_GO[1]} or newer",
+            f"Go {out} is too old to build the local stack (the wrapper modules in {TOOLS_DIR} "
+            f"need {wanted})",
+            f"install Go {wanted} or newer",
         )
 
 

@@ -22,7 +22,7 @@ import httpx
 import yaml
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.localstack import binaries, dex, kubeconfig, ldap
+from klutch_gitops.localstack import binaries, crossplane, dex, kubeconfig, ldap
 from klutch_gitops.localstack.pki import Pki, write_pki
 from klutch_gitops.localstack.processes import Process, free_port, port_open
 
@@ -121,6 +121,7 @@ class StatePaths:
         self.env = root / "stack.env"
         self.supervisor_pid = root / "supervisor.pid"
         self.ldap = ldap.LdapPaths(root / "ldap")
+        self.crossplane = crossplane.CrossplanePaths(root / "crossplane")
 
     def kubeconfig(self, cluster: str) -> Path:
         return self.root / f"{cluster}.kubeconfig"
@@ -132,6 +133,7 @@ class StatePaths:
             self.pids,
             self.etcd_data,
             self.ldap.directory,
+            self.crossplane.root,
             self.root / "dex",
             self.root / "certs",
         ):
@@ -277,6 +279,13 @@ class LocalStack:
                 url, str(kubeconfig.write(paths.kubeconfig(cluster), config))
             )
 
+        # Crossplane's CRDs first (its controllers watch them from the start), then it starts up
+        # while Dex and the controller managers do.
+        self._prepare_crossplane(bins, pki, clusters["control-plane"])
+        crossplane_ports = (free_port(), free_port())  # metrics, health probe
+        argv, env = crossplane.command(bins["crossplane"], paths.crossplane, *crossplane_ports)
+        crossplane_process = self._spawn("crossplane", argv, env)
+
         self._await(
             dex_process,
             "discovery",
@@ -286,40 +295,12 @@ class LocalStack:
                 lambda b: b.get("issuer") == issuer,
             ),
         )
-
-        kcm_ports = {cluster: free_port() for cluster in CLUSTERS}
-        for cluster, port in kcm_ports.items():
-            kcm_kubeconfig = kubeconfig.write(
-                paths.root / "certs" / cluster / "controller-manager.kubeconfig",
-                _controller_manager_kubeconfig(pki, clusters[cluster].url),
-            )
-            kcm = self._spawn(
-                f"kube-controller-manager-{cluster}",
-                [
-                    str(bins["kube-controller-manager"]),
-                    f"--kubeconfig={kcm_kubeconfig}",
-                    f"--authentication-kubeconfig={kcm_kubeconfig}",
-                    f"--authorization-kubeconfig={kcm_kubeconfig}",
-                    "--use-service-account-credentials=true",
-                    f"--service-account-private-key-file={pki.sa_key(cluster)}",
-                    f"--root-ca-file={pki.serving_ca}",
-                    f"--controllers={','.join(KCM_CONTROLLERS)}",
-                    "--leader-elect=false",
-                    "--bind-address=127.0.0.1",
-                    f"--secure-port={port}",
-                    f"--tls-cert-file={pki.serving_cert}",
-                    f"--tls-private-key-file={pki.serving_key}",
-                    f"--cluster-name={cluster}",
-                    "--v=0",
-                ],
-            )
-            self._await(
-                kcm,
-                "/healthz",
-                lambda port=port: _status_ok(
-                    f"https://127.0.0.1:{port}/healthz", _tls_context(pki)
-                ),
-            )
+        kcm_ports = self._start_controller_managers(bins, pki, clusters)
+        self._await(
+            crossplane_process,
+            "/healthz",
+            lambda: _status_ok(f"http://127.0.0.1:{crossplane_ports[1]}/healthz", None),
+        )
 
         return StackInfo(
             state_dir=str(paths.root),
@@ -347,8 +328,86 @@ class LocalStack:
                 dex_port,
                 *api_ports.values(),
                 *kcm_ports.values(),
+                *crossplane_ports,
             ],
         )
+
+    def _start_controller_managers(
+        self, bins: dict[str, Path], pki: Pki, clusters: dict[str, ClusterInfo]
+    ) -> dict[str, int]:
+        """One kube-controller-manager per cluster, started together, then awaited."""
+        kcm_ports = {cluster: free_port() for cluster in CLUSTERS}
+        started: dict[str, Process] = {}
+        for cluster, port in kcm_ports.items():
+            kcm_kubeconfig = kubeconfig.write(
+                self.paths.root / "certs" / cluster / "controller-manager.kubeconfig",
+                _controller_manager_kubeconfig(pki, clusters[cluster].url),
+            )
+            started[cluster] = self._spawn(
+                f"kube-controller-manager-{cluster}",
+                [
+                    str(bins["kube-controller-manager"]),
+                    f"--kubeconfig={kcm_kubeconfig}",
+                    f"--authentication-kubeconfig={kcm_kubeconfig}",
+                    f"--authorization-kubeconfig={kcm_kubeconfig}",
+                    "--use-service-account-credentials=true",
+                    f"--service-account-private-key-file={pki.sa_key(cluster)}",
+                    f"--root-ca-file={pki.serving_ca}",
+                    f"--controllers={','.join(KCM_CONTROLLERS)}",
+                    "--leader-elect=false",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={port}",
+                    f"--tls-cert-file={pki.serving_cert}",
+                    f"--tls-private-key-file={pki.serving_key}",
+                    f"--cluster-name={cluster}",
+                    "--v=0",
+                ],
+            )
+        for cluster, port in kcm_ports.items():
+            self._await(
+                started[cluster],
+                "/healthz",
+                lambda port=port: _status_ok(
+                    f"https://127.0.0.1:{port}/healthz", _tls_context(pki)
+                ),
+            )
+        return kcm_ports
+
+    def _prepare_crossplane(
+        self, bins: dict[str, Path], pki: Pki, control_plane: ClusterInfo
+    ) -> None:
+        """Crossplane's files, and its CRDs installed on the Control Plane before it starts.
+
+        Its identity is a certificate of its own (CN ``crossplane``) in ``system:masters``: core
+        composes resources of any kind, which in a real install the RBAC manager grants it one
+        XRD and provider at a time.
+        """
+        # imported here: the kubernetes client costs every `klutch-gitops` command 0.16 s to load
+        from kubernetes.config import new_client_from_config
+
+        from klutch_gitops.crds import install_crds
+
+        paths = self.paths.crossplane
+        paths.cache.mkdir(parents=True, mode=0o700)
+        identity = pki.client_cert("crossplane", ("system:masters",))
+        kubeconfig.write(
+            paths.kubeconfig,
+            kubeconfig.render(
+                "crossplane",
+                control_plane.url,
+                pki.serving_ca.read_bytes(),
+                identity.cert_pem,
+                identity.key_pem,
+                namespace="crossplane-system",
+            ),
+        )
+        function_client = pki.client_cert("crossplane")  # mTLS to function servers, if ever
+        crossplane.write_client_tls(paths, pki.serving_ca.read_bytes(), function_client)
+        api = new_client_from_config(config_file=str(paths.kubeconfig))
+        try:
+            install_crds(api, crossplane.load_crds(bins["crossplane-crds"]))
+        finally:
+            api.close()
 
     def _start_ldap(
         self, bins: dict[str, Path], pki: Pki, port: int, admin_password: str, user: ldap.User
@@ -388,9 +447,9 @@ class LocalStack:
             ],
         )
 
-    def _spawn(self, name: str, argv: list[str]) -> Process:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
         process = Process(
-            name, argv, self.paths.logs / f"{name}.log", self.paths.pids / f"{name}.pid"
+            name, argv, self.paths.logs / f"{name}.log", self.paths.pids / f"{name}.pid", env
         )
         self.processes.append(process)
         process.start()
@@ -413,7 +472,14 @@ class LocalStack:
 def programs() -> dict[str, Path]:
     """Every program the stack runs, or one error that names what is missing and the fix."""
     return {
-        **binaries.require("etcd", "kube-apiserver", "kube-controller-manager", "dex"),
+        **binaries.require(
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "dex",
+            "crossplane",
+            "crossplane-crds",
+        ),
         **ldap.programs(),
     }
 

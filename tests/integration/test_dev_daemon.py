@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from klutch_gitops.localstack import binaries
-from klutch_gitops.localstack.processes import cmdline
+from klutch_gitops.localstack.processes import cmdline, read_pid
 from klutch_gitops.localstack.stack import StackInfo, StatePaths
 
 CLI = [sys.executable, "-m", "klutch_gitops.cli"]
@@ -41,13 +41,18 @@ def processes_using(state_dir: Path) -> list[tuple[int, list[str]]]:
 
 
 def listening_pids(ports: list[int]) -> dict[int, set[int]]:
-    """Which processes listen on ``ports`` (loopback TCP), from /proc/net/tcp and socket fds."""
+    """Which processes listen on ``ports`` (TCP), from /proc/net/tcp{,6} and socket fds.
+
+    tcp6 too: Crossplane's servers listen on every interface (``:port``), which Go opens as one
+    dual-stack IPv6 socket.
+    """
     inodes: dict[str, int] = {}
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        port, state, inode = int(fields[1].rsplit(":", 1)[1], 16), fields[3], fields[9]
-        if state == "0A" and port in ports:  # 0A: LISTEN
-            inodes[f"socket:[{inode}]"] = port
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            port, state, inode = int(fields[1].rsplit(":", 1)[1], 16), fields[3], fields[9]
+            if state == "0A" and port in ports:  # 0A: LISTEN
+                inodes[f"socket:[{inode}]"] = port
     holders: dict[int, set[int]] = {}
     for fd in Path("/proc").glob("[0-9]*/fd/*"):
         try:
@@ -108,6 +113,10 @@ def test_up_status_second_up_and_down(state_dir: Path) -> None:
     assert klutch("dev", "status", "--state-dir", str(state_dir)).returncode == 0
     # while up, every server port is held by a process of this stack (the check below can fail)
     assert len(ports_left_open(state_dir, info.ports)) >= 6
+    crossplane = read_pid(StatePaths(state_dir).pids / "crossplane.pid")
+    assert crossplane is not None
+    held = listening_pids(info.ports)
+    assert sum(crossplane in pids for pids in held.values()) == 2  # metrics and health probe
     second = klutch("dev", "up", "--state-dir", str(state_dir))
     assert "already running" in second.stdout
     assert (

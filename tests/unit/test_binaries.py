@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -8,7 +9,8 @@ import pytest
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.localstack import binaries
 
-ALL = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "dex")
+ALL = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "dex", "crossplane")
+ASSETS = ("crossplane-crds",)
 
 
 @pytest.fixture
@@ -32,6 +34,7 @@ def test_versions_come_from_the_committed_wrapper_modules() -> None:
     assert versions["kubernetes"] == "v1.34.3"
     assert versions["etcd"].startswith("v3.6.")
     assert versions["dex"] == "v0.0.0-20240807174518-43956db7fd75"  # v2.41.1
+    assert versions["crossplane"].startswith("v1.20.")  # Klutch supports Crossplane 1.17-1.20
 
 
 def test_kubernetes_version_is_stamped_into_both_version_packages() -> None:
@@ -40,6 +43,25 @@ def test_kubernetes_version_is_stamped_into_both_version_packages() -> None:
     for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
         assert f"-X {pkg}.gitVersion=v1.34.3" in flags
         assert f"-X {pkg}.gitMinor=34" in flags
+
+
+def test_crossplane_version_is_stamped() -> None:
+    crossplane = next(c for c in binaries.COMPONENTS if c.name == "crossplane")
+    assert crossplane.ldflags() == (
+        f"-X github.com/crossplane/crossplane/internal/version.version={crossplane.version()}"
+    )
+
+
+def test_go_versions_compare_as_numbers() -> None:
+    assert binaries.go_version("go1.26.8") == (1, 26, 8)
+    assert binaries.go_version("1.24.0") == (1, 24, 0)
+    assert binaries.go_version("go1.26") == (1, 26, 0)
+    assert binaries.go_version("go1.9.1") < binaries.go_version("1.10") < (1, 26, 7)
+    assert binaries.go_version("devel +abc") is None
+
+
+def test_required_go_is_the_newest_wrapper_module_directive() -> None:
+    assert binaries.required_go() >= (1, 26, 7)  # Crossplane 1.20.13's go.mod says go 1.26.7
 
 
 def test_cache_is_keyed_by_component_and_version(isolated: Path) -> None:
@@ -52,8 +74,8 @@ def test_cache_is_keyed_by_component_and_version(isolated: Path) -> None:
 
 def test_missing_binaries_are_named_with_the_fix(isolated: Path) -> None:
     with pytest.raises(KlutchError) as raised:
-        binaries.require(*ALL)
-    assert all(name in raised.value.message for name in ALL)
+        binaries.require(*ALL, *ASSETS)
+    assert all(name in raised.value.message for name in (*ALL, *ASSETS))
     assert "make bins" in raised.value.fix
 
 
@@ -88,10 +110,73 @@ def test_a_non_executable_file_does_not_count(
     assert binaries.resolve_all()["etcd"].path is None
 
 
+def test_an_asset_is_a_directory(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (isolated / "bins").mkdir()
+    (isolated / "bins" / "crossplane-crds").write_text("not a directory")
+    monkeypatch.setenv("KLUTCH_BIN_DIR", str(isolated / "bins"))
+    assert binaries.resolve_all()["crossplane-crds"].path is None
+    (isolated / "bins" / "crossplane-crds").unlink()
+    (isolated / "bins" / "crossplane-crds").mkdir()
+    assert binaries.require("crossplane-crds")["crossplane-crds"] == isolated / "bins" / (
+        "crossplane-crds"
+    )
+
+
 def test_build_skips_what_is_present(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ALL:
         executable(isolated / "prebuilt" / name)
+    for name in ASSETS:
+        (isolated / "prebuilt" / name).mkdir()
     monkeypatch.setenv("KLUTCH_BIN_DIR", str(isolated / "prebuilt"))
     reports = binaries.build_missing()
-    assert {r.binary for r in reports} == set(ALL)
+    assert {r.binary for r in reports} == {*ALL, *ASSETS}
     assert {(r.source, r.seconds) for r in reports} == {("KLUTCH_BIN_DIR", None)}
+
+
+@pytest.fixture
+def fake_go(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every binary but Crossplane's prebuilt, and a go that "builds" and knows a module cache."""
+    for name in ALL:
+        if name != "crossplane":
+            executable(isolated / "prebuilt" / name)
+    monkeypatch.setenv("KLUTCH_BIN_DIR", str(isolated / "prebuilt"))
+    module = isolated / "modcache" / "crossplane"
+    monkeypatch.setattr(binaries, "_check_go", lambda: None)
+    monkeypatch.setattr(binaries, "_go_build", lambda component, binary, output: executable(output))
+    monkeypatch.setattr(
+        binaries, "_run_go", lambda component, name, argv: json.dumps({"Dir": str(module)})
+    )
+    return module
+
+
+def test_build_copies_assets_from_the_module_next_to_the_binary(fake_go: Path) -> None:
+    (fake_go / "cluster" / "crds").mkdir(parents=True)
+    for name in ("b.yaml", "a.yaml", "README.md"):
+        (fake_go / "cluster" / "crds" / name).write_text(name)
+    reports = {r.binary: r for r in binaries.build_missing()}
+    assert reports["crossplane"].source == reports["crossplane-crds"].source == "built"
+    crds = binaries.require("crossplane-crds")["crossplane-crds"]
+    assert crds.parent == binaries.require("crossplane")["crossplane"].parent
+    assert sorted(p.name for p in crds.iterdir()) == ["a.yaml", "b.yaml"]
+    assert sorted(p.name for p in binaries.cache_root().iterdir()) == [".lock", crds.parent.name]
+
+
+def test_an_asset_without_yaml_fails_and_leaves_no_cache_entry(fake_go: Path) -> None:
+    (fake_go / "cluster" / "crds").mkdir(parents=True)
+    with pytest.raises(KlutchError) as raised:
+        binaries.build_missing()
+    assert "cluster/crds" in raised.value.message
+    assert binaries.resolve_all()["crossplane"].path is None  # the built binary was not kept
+    assert sorted(p.name for p in binaries.cache_root().iterdir()) == [".lock"]
+
+
+def test_a_missing_asset_alone_is_copied_and_the_binary_kept(fake_go: Path) -> None:
+    (fake_go / "cluster" / "crds").mkdir(parents=True)
+    (fake_go / "cluster" / "crds" / "a.yaml").write_text("a")
+    crossplane = next(c for c in binaries.COMPONENTS if c.name == "crossplane")
+    binary = executable(binaries.cache_dir(crossplane) / "crossplane")
+    binary.write_text("#!/bin/sh\n# built before\n")
+    reports = {r.binary: r.source for r in binaries.build_missing()}
+    assert (reports["crossplane"], reports["crossplane-crds"]) == ("cache", "built")
+    assert binary.read_text().endswith("# built before\n")
+    assert (binaries.cache_dir(crossplane) / "crossplane-crds" / "a.yaml").exists()
