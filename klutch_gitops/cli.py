@@ -106,6 +106,80 @@ def bind_api(
     serve(config)
 
 
+@app.command("local-provider")
+def local_provider(
+    kubeconfig: Annotated[
+        Path, typer.Option("--kubeconfig", help="The Control Plane's kubeconfig")
+    ],
+    context: Annotated[str | None, typer.Option("--context")] = None,
+    backup_dir: Annotated[
+        Path | None,
+        typer.Option("--backup-dir", help="Backup store of ProviderConfigs without their own"),
+    ] = None,
+    pg_bin_dir: Annotated[
+        Path | None,
+        typer.Option("--pg-bin-dir", help="Where pg_dump and pg_restore are [default: found]"),
+    ] = None,
+    poll_interval: Annotated[
+        float, typer.Option("--poll-interval", help="Seconds between checks for drift")
+    ] = 60.0,
+    health_port: Annotated[
+        int, typer.Option("--health-port", help="Serve /healthz on 127.0.0.1 (0: off)")
+    ] = 0,
+    postgres_host: Annotated[
+        str | None,
+        typer.Option("--postgres-host", help="Write a ProviderConfig for this server at start"),
+    ] = None,
+    postgres_port: Annotated[int, typer.Option("--postgres-port")] = 5432,
+    postgres_user: Annotated[str, typer.Option("--postgres-user")] = "postgres",
+    postgres_password_file: Annotated[
+        Path | None, typer.Option("--postgres-password-file", help="The superuser's password")
+    ] = None,
+    provider_config: Annotated[
+        str, typer.Option("--provider-config", help="Name of the ProviderConfig to write")
+    ] = "default",
+    secret_namespace: Annotated[
+        str, typer.Option("--secret-namespace", help="Where its credentials Secret goes")
+    ] = "crossplane-system",  # noqa: S107 - a namespace, not a password
+    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+) -> None:
+    """LocalDatabase, LocalUser, LocalBackup and LocalRestore on a PostgreSQL server."""
+    from klutch_gitops import logs
+    from klutch_gitops.errors import KlutchError
+    from klutch_gitops.kube import Kube, api_client
+    from klutch_gitops.local_provider.provider import LocalProvider, bootstrap, serve_health
+    from klutch_gitops.localstack.postgres import bin_dir
+
+    if postgres_host and postgres_password_file is None:
+        raise KlutchError(
+            "--postgres-host needs --postgres-password-file",
+            "pass a file holding the password (never the password itself)",
+        )
+    logs.configure(log_level)
+    kube = Kube(api_client(kubeconfig, context))
+    if postgres_host and postgres_password_file is not None:
+        bootstrap(
+            kube,
+            provider_config,
+            host=postgres_host,
+            port=postgres_port,
+            username=postgres_user,
+            password=postgres_password_file.read_text().strip(),
+            namespace=secret_namespace,
+        )
+    provider = LocalProvider(
+        kube, backup_dir=backup_dir, bin_dir=pg_bin_dir or bin_dir(), poll_interval=poll_interval
+    ).start()
+    if health_port:
+        serve_health(health_port, provider.synced)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    err.print(f"local provider running against {kubeconfig}")
+    stop.wait()
+    provider.stop()
+
+
 @app.command()
 def version() -> None:
     """Print the version."""
