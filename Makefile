@@ -6,14 +6,16 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 SETUP  := $(VENV)/.setup-done
-# Debian packages the local stack runs: OpenLDAP's slapd, the directory behind Dex.
-DEBIAN_PACKAGES := slapd
+# Debian packages the local stack runs: OpenLDAP's slapd (the directory behind Dex) and PostgreSQL
+# (the local data-service backend).
+DEBIAN_PACKAGES := slapd postgresql
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup debian-packages bins run down status test unit integration bench lint format clean
 
 $(SETUP): pyproject.toml
-	@test -x /usr/sbin/slapd || $(MAKE) --no-print-directory debian-packages
+	@test -x /usr/sbin/slapd && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 \
+		|| $(MAKE) --no-print-directory debian-packages
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'

@@ -157,6 +157,9 @@ def local_provider(
         )
     logs.configure(log_level)
     kube = Kube(api_client(kubeconfig, context))
+    provider = LocalProvider(  # installs its CRDs (Established) before anything uses them
+        kube, backup_dir=backup_dir, bin_dir=pg_bin_dir or bin_dir(), poll_interval=poll_interval
+    ).start()
     if postgres_host and postgres_password_file is not None:
         bootstrap(
             kube,
@@ -167,9 +170,6 @@ def local_provider(
             password=postgres_password_file.read_text().strip(),
             namespace=secret_namespace,
         )
-    provider = LocalProvider(
-        kube, backup_dir=backup_dir, bin_dir=pg_bin_dir or bin_dir(), poll_interval=poll_interval
-    ).start()
     if health_port:
         serve_health(health_port, provider.synced)
     stop = threading.Event()

@@ -13,6 +13,7 @@ import shlex
 import shutil
 import ssl
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -22,12 +23,13 @@ import httpx
 import yaml
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.localstack import binaries, crossplane, dex, kubeconfig, ldap
+from klutch_gitops.localstack import binaries, crossplane, dex, kubeconfig, ldap, postgres
 from klutch_gitops.localstack.pki import Pki, write_pki
 from klutch_gitops.localstack.processes import Process, free_port, port_open
 
 CLUSTERS = ("app", "control-plane")
 READY_TIMEOUT = 120.0
+LOCAL_PROVIDER_CONFIG = "local-postgresql"  # the ProviderConfig catalog/compositions/local names
 KCM_CONTROLLERS = (
     "namespace-controller",
     "garbage-collector-controller",
@@ -78,12 +80,15 @@ class StackInfo:
     ports: list[int] = field(default_factory=list)
     startup_seconds: float = 0.0
     bind_api_port: int = 0  # reserved: the Dex client klutch-bind-web redirects to it
+    postgres: postgres.PostgresInfo | None = None  # the local backend's server
 
     @classmethod
     def load(cls, path: Path) -> StackInfo:
         raw = json.loads(path.read_text())
         raw["clusters"] = {k: ClusterInfo(**v) for k, v in raw["clusters"].items()}
         raw["dex"] = DexInfo(**raw["dex"])
+        if raw.get("postgres"):
+            raw["postgres"] = postgres.PostgresInfo(**raw["postgres"])
         return cls(**raw)
 
     def env(self) -> dict[str, str]:
@@ -105,6 +110,8 @@ class StackInfo:
             key = name.upper().replace("-", "_")
             env[f"KLUTCH_{key}_URL"] = cluster.url
             env[f"KLUTCH_{key}_KUBECONFIG"] = cluster.kubeconfig
+        if self.postgres is not None:
+            env.update(self.postgres.env())
         return env
 
 
@@ -122,6 +129,7 @@ class StatePaths:
         self.supervisor_pid = root / "supervisor.pid"
         self.ldap = ldap.LdapPaths(root / "ldap")
         self.crossplane = crossplane.CrossplanePaths(root / "crossplane")
+        self.postgres = root / "postgres"
 
     def kubeconfig(self, cluster: str) -> Path:
         return self.root / f"{cluster}.kubeconfig"
@@ -134,6 +142,7 @@ class StatePaths:
             self.etcd_data,
             self.ldap.directory,
             self.crossplane.root,
+            self.postgres,
             self.root / "dex",
             self.root / "certs",
         ):
@@ -285,6 +294,29 @@ class LocalStack:
         crossplane_ports = (free_port(), free_port())  # metrics, health probe
         argv, env = crossplane.command(bins["crossplane"], paths.crossplane, *crossplane_ports)
         crossplane_process = self._spawn("crossplane", argv, env)
+        # The local backend: a PostgreSQL server and the provider that composes databases on it
+        # (it installs its CRDs and the ProviderConfig local-postgresql the local-* Compositions
+        # name). Spawned after the server, so the reverse-order stop ends the provider first.
+        pg = postgres.start_postgres(paths.postgres, self._spawn)
+        provider_health = free_port()
+        local_provider = self._spawn(
+            "local-provider",
+            [
+                sys.executable,
+                "-m",
+                "klutch_gitops.cli",
+                "local-provider",
+                f"--kubeconfig={clusters['control-plane'].kubeconfig}",
+                f"--postgres-host={pg.host}",
+                f"--postgres-port={pg.port}",
+                f"--postgres-user={pg.superuser}",
+                f"--postgres-password-file={pg.password_file}",
+                f"--backup-dir={pg.backup_dir}",
+                f"--pg-bin-dir={pg.bin_dir}",
+                f"--provider-config={LOCAL_PROVIDER_CONFIG}",
+                f"--health-port={provider_health}",
+            ],
+        )
 
         self._await(
             dex_process,
@@ -300,6 +332,11 @@ class LocalStack:
             crossplane_process,
             "/healthz",
             lambda: _status_ok(f"http://127.0.0.1:{crossplane_ports[1]}/healthz", None),
+        )
+        self._await(
+            local_provider,
+            "/healthz",
+            lambda: _status_ok(f"http://127.0.0.1:{provider_health}/healthz", None),
         )
 
         return StackInfo(
@@ -321,6 +358,7 @@ class LocalStack:
                 web_client_secret=web_secret,
             ),
             bind_api_port=bind_api_port,
+            postgres=pg,
             ports=[
                 etcd_port,
                 etcd_peer,
@@ -329,6 +367,8 @@ class LocalStack:
                 *api_ports.values(),
                 *kcm_ports.values(),
                 *crossplane_ports,
+                pg.port,
+                provider_health,
             ],
         )
 
@@ -481,6 +521,7 @@ def programs() -> dict[str, Path]:
             "crossplane-crds",
         ),
         **ldap.programs(),
+        "postgres": postgres.bin_dir() / "postgres",
     }
 
 
