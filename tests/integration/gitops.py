@@ -67,18 +67,26 @@ class Tenant:
         return mapped_namespace(self.consumer, self.namespace)
 
     def push(self, files: dict[str, str | None], message: str = "change claims") -> str:
-        for name, text in files.items():
-            path = self.clone / name
-            if text is None:
-                path.unlink()
-            else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-        git(self.clone, "add", "-A")
-        git(self.clone, "commit", "-q", "-m", message)
-        git(self.clone, "pull", "-q", "--rebase", "origin", "main")
-        git(self.clone, "push", "-q", "origin", "HEAD:main")
-        return git(self.clone, "rev-parse", "HEAD")
+        """Make the change on top of the remote's newest commit and push it; when a status
+        commit lands in between, make it again on top of that, as a person would."""
+        for _ in range(10):
+            git(self.clone, "fetch", "-q", "origin", "main")
+            git(self.clone, "reset", "-q", "--hard", "origin/main")
+            for name, text in files.items():
+                path = self.clone / name
+                if text is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(text)
+            git(self.clone, "add", "-A")
+            git(self.clone, "commit", "-q", "-m", message)
+            try:
+                git(self.clone, "push", "-q", "origin", "HEAD:main")
+                return git(self.clone, "rev-parse", "HEAD")
+            except subprocess.CalledProcessError:
+                time.sleep(0.2)
+        pytest.fail("the push was rejected ten times in a row")
 
     def pull(self) -> None:
         git(self.clone, "pull", "-q", "--rebase", "origin", "main")
@@ -106,17 +114,26 @@ spec:
 
 
 def make_tenant(
-    stack: StackInfo, clusters: dict[str, client.ApiClient], tmp_path: Path, mode: str = "inline"
+    stack: StackInfo,
+    clusters: dict[str, client.ApiClient],
+    tmp_path: Path,
+    mode: str = "inline",
+    claim_crds: list[dict[str, Any]] | None = None,
 ) -> Tenant:
+    """A bound consumer with a repository and a running reconciler; its exports are the
+    stand-in claim CRDs, or ``claim_crds`` (e.g. the ones Crossplane made from the catalog)."""
     admin = Kube(clusters["control-plane"])
     app = Kube(clusters["app"])
-    install_crds(clusters["control-plane"], load_crds(cluster="control-plane") + CLAIM_CRDS)
+    install_crds(
+        clusters["control-plane"],
+        load_crds(cluster="control-plane") + ([] if claim_crds else CLAIM_CRDS),
+    )
     suffix = uuid.uuid4().hex[:6]
     consumer, namespace = f"cluster-{suffix}", f"team-{suffix}"
     client.CoreV1Api(clusters["app"]).create_namespace(
         client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
     )
-    bind_consumer(admin, consumer, f"developer#{suffix}", CLAIM_CRDS)
+    bind_consumer(admin, consumer, f"developer#{suffix}", claim_crds or CLAIM_CRDS)
     binder = tmp_path / "binder.kubeconfig"
     binder.write_text(yaml.safe_dump(binder_kubeconfig(admin, consumer)))
 

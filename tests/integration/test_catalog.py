@@ -5,9 +5,7 @@ Creates and changes are server-side dry runs; the changes are made to real claim
 rules comparing with ``oldSelf`` run. No Composition is installed (the catalog's need function
 servers), so Crossplane makes an XR for each real claim and composes nothing.
 
-Crossplane takes over a claim CRD of the same name that it did not create (the stand-ins of
-``catalog/dev/claim-crds.yaml`` that other tests install) and deletes it with its XRD; the
-stand-ins found at the start are installed again at the end.
+``catalogstack.catalog_offered`` installs the catalog and puts the stand-in claim CRDs back.
 """
 
 from __future__ import annotations
@@ -20,15 +18,13 @@ import pytest
 from kubernetes import client
 
 from klutch_gitops.catalog import load_compositions, load_examples, load_templates, load_xrds
-from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
+from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.kube import CRDS, NAMESPACES, Kube, KubeError, Resource
 
+from .catalogstack import catalog_offered, conditions
 from .test_clusters import eventually
 
 GROUP = "anynines.com"
-XRDS = Resource(
-    "apiextensions.crossplane.io", "v1", "compositeresourcedefinitions", namespaced=False
-)
 COMPOSITIONS = Resource("apiextensions.crossplane.io", "v1", "compositions", namespaced=False)
 TEMPLATES = Resource("example-backend.klutch.anynines.com", "v1alpha1", "apiserviceexporttemplates")
 PLURALS = {
@@ -59,10 +55,6 @@ def claim(kind: str, name: str, spec: dict[str, Any], namespace: str) -> dict[st
     }
 
 
-def conditions(obj: dict[str, Any] | None) -> dict[str, str]:
-    return {c["type"]: c["status"] for c in ((obj or {}).get("status") or {}).get("conditions", [])}
-
-
 def refusal(call: Callable[[], object]) -> str:
     """The API server's message for a request it refuses as invalid."""
     with pytest.raises(KubeError) as refused:
@@ -73,39 +65,8 @@ def refusal(call: Callable[[], object]) -> str:
 
 @pytest.fixture(scope="module")
 def control_plane(clusters: dict[str, client.ApiClient]) -> Iterator[Kube]:
-    """The Control Plane with the catalog's XRDs, once Crossplane reports them Established and
-    Offered; afterwards the XRDs are deleted and the stand-in claim CRDs found are put back."""
-    admin = Kube(clusters["control-plane"])
-    xrds = load_xrds()
-    stand_ins = [
-        crd
-        for crd in load_dev_claim_crds()
-        if (live := admin.get(CRDS, None, crd["metadata"]["name"]))
-        and not live["metadata"].get("ownerReferences")
-    ]
-    try:
-        for xrd in xrds:
-            admin.apply(XRDS, xrd)
-        eventually(
-            lambda: all(
-                conditions(admin.get(XRDS, None, xrd["metadata"]["name"]))
-                == {"Established": "True", "Offered": "True"}
-                for xrd in xrds
-            ),
-            "Crossplane to establish and offer every XRD",
-            timeout=120,
-        )
+    with catalog_offered(clusters) as admin:
         yield admin
-    finally:
-        for xrd in xrds:
-            admin.delete(XRDS, None, xrd["metadata"]["name"])
-        eventually(  # Crossplane deletes the claims, then the CRDs it defined, then the XRDs go
-            lambda: all(admin.get(XRDS, None, xrd["metadata"]["name"]) is None for xrd in xrds),
-            "Crossplane to remove the CRDs of the deleted XRDs",
-            timeout=180,
-        )
-        if stand_ins:
-            install_crds(clusters["control-plane"], stand_ins)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,72 @@
+"""The catalog on the stack's Control Plane, for the tests that need Crossplane to offer it.
+
+Crossplane takes over a claim CRD of the same name that it did not create (the stand-ins of
+``catalog/dev/claim-crds.yaml`` that other tests install) and deletes it with its XRD; the
+stand-ins found at the start are installed again at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from kubernetes import client
+
+from klutch_gitops.catalog import load_compositions, load_xrds
+from klutch_gitops.crds import install_crds, load_dev_claim_crds
+from klutch_gitops.kube import CRDS, Kube, Resource
+
+from .gitops import eventually
+
+XRDS = Resource(
+    "apiextensions.crossplane.io", "v1", "compositeresourcedefinitions", namespaced=False
+)
+COMPOSITIONS = Resource("apiextensions.crossplane.io", "v1", "compositions", namespaced=False)
+
+
+def conditions(obj: dict[str, Any] | None) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in ((obj or {}).get("status") or {}).get("conditions", [])}
+
+
+@contextmanager
+def catalog_offered(
+    clusters: dict[str, client.ApiClient], backends: Iterable[str] = ()
+) -> Iterator[Kube]:
+    """The catalog's XRDs (and the Compositions of ``backends``) on the Control Plane, once
+    Crossplane reports every XRD Established and Offered; removed afterwards."""
+    admin = Kube(clusters["control-plane"])
+    xrds, compositions = load_xrds(), load_compositions(tuple(backends))
+    stand_ins = [
+        crd
+        for crd in load_dev_claim_crds()
+        if (live := admin.get(CRDS, None, crd["metadata"]["name"]))
+        and not live["metadata"].get("ownerReferences")
+    ]
+    try:
+        for xrd in xrds:
+            admin.apply(XRDS, xrd)
+        for composition in compositions:
+            admin.apply(COMPOSITIONS, composition)
+        eventually(
+            lambda: all(
+                conditions(admin.get(XRDS, None, xrd["metadata"]["name"]))
+                == {"Established": "True", "Offered": "True"}
+                for xrd in xrds
+            ),
+            "Crossplane to establish and offer every XRD",
+            timeout=120,
+        )
+        yield admin
+    finally:
+        for composition in compositions:
+            admin.delete(COMPOSITIONS, None, composition["metadata"]["name"])
+        for xrd in xrds:
+            admin.delete(XRDS, None, xrd["metadata"]["name"])
+        eventually(  # Crossplane deletes the claims, then the CRDs it defined, then the XRDs go
+            lambda: all(admin.get(XRDS, None, xrd["metadata"]["name"]) is None for xrd in xrds),
+            "Crossplane to remove the CRDs of the deleted XRDs",
+            timeout=180,
+        )
+        if stand_ins:
+            install_crds(clusters["control-plane"], stand_ins)

@@ -1,0 +1,211 @@
+"""A pushed claim becomes a real, usable PostgreSQL database: Git → reconciler → Control Plane
+→ real Crossplane (the catalog's XRDs, the local-* Compositions) → the local provider → the
+stack's PostgreSQL server, and back: Ready in the App claim and in a status commit, credentials in
+the App Cluster that connect; Backup and Restore bring rows back; deleting drops the database.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from kubernetes import client
+
+from klutch_gitops.kube import CRDS, SECRETS, Kube, Resource
+from klutch_gitops.localstack.stack import StackInfo
+
+from .catalogstack import catalog_offered, conditions
+from .gitops import Tenant, eventually, make_tenant
+
+GROUP = "anynines.com"
+KINDS = {
+    "PostgresqlInstance": "postgresqlinstances",
+    "ServiceBinding": "servicebindings",
+    "Backup": "backups",
+    "Restore": "restores",
+}
+A9S_KEYS = {"host", "hosts", "name", "password", "port", "uri", "username"}
+PROVISIONING = 180.0  # Crossplane and the provider each poll with back-off on a loaded machine
+
+
+def claims(kind: str) -> Resource:
+    return Resource(GROUP, "v1", KINDS[kind], kind)
+
+
+@pytest.fixture(scope="module")
+def catalog(clusters: dict[str, client.ApiClient]) -> Iterator[list[dict]]:
+    """The catalog offered by Crossplane with the local backend; the claim CRDs it made."""
+    with catalog_offered(clusters, backends=("local",)) as admin:
+        yield [admin.get(CRDS, None, f"{plural}.{GROUP}") for plural in KINDS.values()]
+
+
+@pytest.fixture
+def tenant(
+    stack: StackInfo, clusters: dict[str, client.ApiClient], catalog: list[dict], tmp_path: Path
+) -> Iterator[Tenant]:
+    tenant = make_tenant(stack, clusters, tmp_path, claim_crds=catalog)
+    yield tenant
+    tenant.reconciler.stop()
+
+
+def manifest(kind: str, name: str, namespace: str, spec: str) -> str:
+    return f"""apiVersion: {GROUP}/v1
+kind: {kind}
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+{spec}"""
+
+
+def ready(kube: Kube, kind: str, namespace: str, name: str) -> bool:
+    return conditions(kube.get(claims(kind), namespace, name)).get("Ready") == "True"
+
+
+def superuser(stack: StackInfo) -> psycopg.Connection:
+    assert stack.postgres is not None
+    return psycopg.connect(
+        host=stack.postgres.host,
+        port=stack.postgres.port,
+        user=stack.postgres.superuser,
+        password=stack.postgres.password,
+        dbname="postgres",
+        autocommit=True,
+    )
+
+
+def databases(stack: StackInfo) -> set[str]:
+    with superuser(stack) as connection:
+        return {row[0] for row in connection.execute("SELECT datname FROM pg_database")}
+
+
+def rows(uri: str) -> list[tuple]:
+    with psycopg.connect(uri) as connection:
+        return connection.execute("SELECT id, item FROM orders ORDER BY id").fetchall()
+
+
+def test_a_pushed_claim_becomes_a_database_with_backup_restore_and_deletion(
+    tenant: Tenant, stack: StackInfo
+) -> None:
+    ns = tenant.namespace
+    instance = manifest(
+        "PostgresqlInstance",
+        "orders",
+        ns,
+        "  service: a9s-postgresql14\n  plan: postgresql-single-small\n"
+        "  compositionRef:\n    name: local-postgresql\n"
+        "  parameters:\n    statementTimeout: 60000\n",
+    )
+    binding = manifest(
+        "ServiceBinding",
+        "orders-app",
+        ns,
+        "  instanceRef: orders\n  serviceInstanceType: postgresql\n"
+        "  compositionRef:\n    name: local-servicebinding\n",
+    )
+    tenant.push(
+        {"claims/orders.yaml": instance, "claims/orders-app.yaml": binding}, "orders database"
+    )
+
+    eventually(
+        lambda: (
+            ready(tenant.app, "PostgresqlInstance", ns, "orders")
+            and ready(tenant.app, "ServiceBinding", ns, "orders-app")
+        ),
+        "Ready in the App claims",
+        timeout=PROVISIONING,
+    )
+    database = f"{tenant.mapped}-orders"
+    assert database in databases(stack)
+    with superuser(stack) as connection:
+        (limit,) = connection.execute(
+            "SELECT datconnlimit FROM pg_database WHERE datname = %s", (database,)
+        ).fetchone()
+    assert limit == 25  # the plan's size: small
+
+    secret = eventually(
+        lambda: tenant.app.get(SECRETS, ns, "orders-app-creds"), "the credentials in the App"
+    )
+    values = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert set(values) >= A9S_KEYS
+    assert values["name"] == database
+    with psycopg.connect(values["uri"]) as connection:
+        (timeout,) = connection.execute("SHOW statement_timeout").fetchone()
+        assert timeout == "1min"  # parameters.statementTimeout reached the database
+        connection.execute("CREATE TABLE orders (id int PRIMARY KEY, item text)")
+        connection.execute("INSERT INTO orders VALUES (1, 'tea'), (2, 'cake')")
+
+    def status_committed() -> bool:
+        tenant.pull()
+        text = (tenant.clone / "claims" / "orders.yaml").read_text()
+        return "status:" in text and "type: Ready" in text
+
+    eventually(status_committed, "Ready in a status commit", timeout=60)
+
+    tenant.push(
+        {
+            "claims/orders-backup.yaml": manifest(
+                "Backup",
+                "nightly",
+                ns,
+                "  instanceRef: orders\n  serviceInstanceType: postgresql\n"
+                "  compositionRef:\n    name: local-backup\n",
+            )
+        },
+        "back up orders",
+    )
+    eventually(
+        lambda: ready(tenant.app, "Backup", ns, "nightly"),
+        "the Backup to be Ready",
+        timeout=PROVISIONING,
+    )
+    with psycopg.connect(values["uri"], autocommit=True) as connection:
+        connection.execute("DELETE FROM orders WHERE id = 1")
+        connection.execute("INSERT INTO orders VALUES (3, 'spilled milk')")
+    assert rows(values["uri"]) == [(2, "cake"), (3, "spilled milk")]
+
+    tenant.push(
+        {
+            "claims/orders-restore.yaml": manifest(
+                "Restore",
+                "undo",
+                ns,
+                "  backupRef: nightly\n  instanceRef: orders\n  serviceInstanceType: postgresql\n"
+                "  compositionRef:\n    name: local-restore\n",
+            )
+        },
+        "restore orders",
+    )
+    eventually(
+        lambda: ready(tenant.app, "Restore", ns, "undo"),
+        "the Restore to be Ready",
+        timeout=PROVISIONING,
+    )
+    assert rows(values["uri"]) == [(1, "tea"), (2, "cake")]
+
+    tenant.push(
+        {
+            "claims/orders.yaml": None,
+            "claims/orders-app.yaml": None,
+            "claims/orders-backup.yaml": None,
+            "claims/orders-restore.yaml": None,
+        },
+        "drop orders",
+    )
+    eventually(
+        lambda: database not in databases(stack),
+        "the database to be dropped",
+        timeout=PROVISIONING,
+    )
+    eventually(
+        lambda: all(
+            not tenant.app.list(claims(kind), ns)[0]
+            and not tenant.control_plane.list(claims(kind), tenant.mapped)[0]
+            for kind in KINDS
+        ),
+        "the claims to be gone from both clusters",
+        timeout=PROVISIONING,
+    )
