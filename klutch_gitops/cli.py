@@ -235,6 +235,10 @@ def dev_run(
     _print_info(result.info)
     app_kubeconfig = result.info.clusters["app"].kubeconfig
     cp_kubeconfig = result.info.clusters["control-plane"].kubeconfig
+    uri = (
+        f"kubectl --kubeconfig {app_kubeconfig} -n {TEAM} get secret orders-binding-creds "
+        "-o jsonpath='{.data.uri}' | base64 -d"
+    )
     out.print(f"""
 bind API              {demo.bind_api_url}  (config {demo.bind_api_config})
   browser bind        kubectl bind {demo.bind_api_url}/export   (Klutch's flow, log in as below)
@@ -243,12 +247,15 @@ team-a repository     file://{demo.repositories[TEAM]}
 platform repository   file://{demo.repositories["platform"]}
 reconciler config     {demo.config}
 
-See it work (in another terminal):
+team-a's orders-db becomes a real PostgreSQL database on the stack (about a minute). Then:
+  kubectl --kubeconfig {app_kubeconfig} -n {TEAM} get postgresqlinstances,servicebindings
+  psql "$({uri})"
+
+Change it through Git (in another terminal):
   git clone file://{demo.repositories[TEAM]} team-a && cd team-a
   sed -i 's/postgresql-single-nano/postgresql-single-small/' claims/orders-db.yaml
   git commit -qam 'bigger orders database' && git push
-  kubectl --kubeconfig {app_kubeconfig} -n {TEAM} get postgresqlinstances,servicebindings
-  kubectl --kubeconfig {cp_kubeconfig} get postgresqlinstances -A
+  kubectl --kubeconfig {cp_kubeconfig} get postgresqlinstances,localdatabases -A
   git pull && cat claims/.klutch/reconcile.yaml
 
 Ctrl-C stops the reconciler; 'klutch-gitops dev down' stops the stack.""")
