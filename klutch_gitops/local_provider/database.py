@@ -176,7 +176,7 @@ class LocalDatabase:
         mr_name = ctx.mr["metadata"]["name"]
         if role is None or conflict(name, mr_name, role, database):
             log.info(
-                "nothing of ours to drop", extra={"kind": KIND, "name": mr_name, "database": name}
+                "nothing of ours to drop", extra={"kind": KIND, "object": mr_name, "database": name}
             )
             return
         plan: list[Batch] = []

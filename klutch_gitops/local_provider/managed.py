@@ -319,7 +319,7 @@ class ManagedReconciler:
                 "could not report a reconcile error",
                 extra={
                     "kind": self.resource.kind,
-                    "name": ctx.mr["metadata"]["name"],
+                    "object": ctx.mr["metadata"]["name"],  # "name" is a LogRecord attribute
                     "error": str(error),
                 },
             )

@@ -212,7 +212,7 @@ class LocalUser:
             database = at_provider(ctx.mr).get("database") or ""
         state = self._inspect(ctx, database)
         if state.role is None or state.role.comment != marker(KIND, mr_name):
-            log.info("nothing of ours to drop", extra={"kind": KIND, "name": mr_name})
+            log.info("nothing of ours to drop", extra={"kind": KIND, "object": mr_name})
             return
         user = sql.Identifier(state.user)
         ctx.server.execute(

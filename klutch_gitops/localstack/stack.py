@@ -315,6 +315,7 @@ class LocalStack:
                 f"--pg-bin-dir={pg.bin_dir}",
                 f"--provider-config={LOCAL_PROVIDER_CONFIG}",
                 f"--health-port={provider_health}",
+                "--poll-interval=10",  # drift on a local server is repaired within seconds
             ],
         )
 

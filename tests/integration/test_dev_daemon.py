@@ -17,6 +17,7 @@ from klutch_gitops.localstack.processes import cmdline, read_pid
 from klutch_gitops.localstack.stack import StackInfo, StatePaths
 
 CLI = [sys.executable, "-m", "klutch_gitops.cli"]
+LOCAL_BACKEND = ("postgres", "local-provider")  # the PostgreSQL server and its provider
 
 
 def klutch(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -74,6 +75,26 @@ def ports_left_open(state_dir: Path, ports: list[int]) -> list[int]:
     )
 
 
+def children_of(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def eventually_gone_pids(pids: list[int], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []
+
+
 def eventually_gone(state_dir: Path, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while processes_using(state_dir) and time.monotonic() < deadline:
@@ -110,13 +131,22 @@ def test_up_status_second_up_and_down(state_dir: Path) -> None:
         )
         assert "namespace/kube-system" in namespaces.stdout
 
-    assert klutch("dev", "status", "--state-dir", str(state_dir)).returncode == 0
+    status = json.loads(klutch("dev", "status", "--state-dir", str(state_dir), "-o", "json").stdout)
+    running = {p["name"]: p["pid"] for p in status["processes"]}
+    assert {"crossplane", *LOCAL_BACKEND} <= running.keys()
+    assert all(running.values()), running
     # while up, every server port is held by a process of this stack (the check below can fail)
     assert len(ports_left_open(state_dir, info.ports)) >= 6
-    crossplane = read_pid(StatePaths(state_dir).pids / "crossplane.pid")
-    assert crossplane is not None
     held = listening_pids(info.ports)
-    assert sum(crossplane in pids for pids in held.values()) == 2  # metrics and health probe
+    assert sum(running["crossplane"] in pids for pids in held.values()) == 2  # metrics, health
+    assert info.postgres is not None
+    assert held[info.postgres.port] == {running["postgres"]}
+    provider_argv = cmdline(running["local-provider"])
+    health = next(int(a.split("=", 1)[1]) for a in provider_argv if a.startswith("--health-port="))
+    assert held[health] == {running["local-provider"]}
+    assert f"--postgres-port={info.postgres.port}" in provider_argv
+    backends = children_of(running["postgres"])
+    assert backends, "the server's own processes (checkpointer, walwriter, ...)"
     second = klutch("dev", "up", "--state-dir", str(state_dir))
     assert "already running" in second.stdout
     assert (
@@ -126,6 +156,8 @@ def test_up_status_second_up_and_down(state_dir: Path) -> None:
     klutch("dev", "down", "--state-dir", str(state_dir))
     eventually_gone(state_dir)
     assert ports_left_open(state_dir, info.ports) == []
+    eventually_gone_pids(backends)
+    assert not any((StatePaths(state_dir).pids / f"{name}.pid").exists() for name in LOCAL_BACKEND)
     status = klutch("dev", "status", "--state-dir", str(state_dir), check=False)
     assert status.returncode == 3
     assert "no local stack is running" in status.stdout
@@ -154,10 +186,15 @@ def test_sigkill_of_dev_up_midway_then_down_leaves_nothing(state_dir: Path) -> N
 def test_sigkill_of_the_daemon_takes_every_process_with_it(state_dir: Path) -> None:
     klutch("dev", "up", "--state-dir", str(state_dir))
     info = StackInfo.load(StatePaths(state_dir).info)
+    server = read_pid(StatePaths(state_dir).pids / "postgres.pid")
+    assert server is not None
+    backends = children_of(server)
     supervisor = json.loads(StatePaths(state_dir).supervisor_pid.read_text())["pid"]
     os.kill(supervisor, signal.SIGKILL)
     eventually_gone(state_dir)
     assert ports_left_open(state_dir, info.ports) == []
+    # the server's own processes notice the postmaster's death and end too
+    eventually_gone_pids(backends)
     # the leftovers are only stale files now; down says so and clears them
     klutch("dev", "down", "--state-dir", str(state_dir))
     assert not StatePaths(state_dir).info.exists()

@@ -1,9 +1,9 @@
-"""The local provider against a real PostgreSQL server and the real Control Plane.
+"""The stack's local provider against the stack's PostgreSQL server and the real Control Plane.
 
-The server comes from ``klutch_gitops.localstack.postgres`` (as the stack starts it), the provider
-runs in this process, and everything is checked where it happens: on the server, with the
-credentials the provider hands out, and in the objects' conditions. The command-line provider has
-a module of its own: two providers on one Control Plane would act on the same objects.
+Nothing here starts a server or a provider of its own: two providers would act on the same
+objects. The tests name the stack's ProviderConfig (``local-postgresql``) and make uniquely named
+objects of their own, and check everything where it happens: on the server, with the credentials
+the provider hands out, and in the objects' conditions.
 """
 
 from __future__ import annotations
@@ -29,37 +29,33 @@ from klutch_gitops.local_provider.api import (
     USERS,
     conditions_of,
 )
-from klutch_gitops.local_provider.provider import LocalProvider, bootstrap
+from klutch_gitops.local_provider.provider import POLL_INTERVAL, bootstrap
 from klutch_gitops.localstack.postgres import PostgresInfo
+from klutch_gitops.localstack.stack import LOCAL_PROVIDER_CONFIG, StackInfo
 
 from .gitops import eventually
-from .pgserver import running_postgres
 
 A9S_KEYS = ["host", "hosts", "name", "password", "port", "uri", "username"]
+KINDS = (RESTORES, BACKUPS, USERS, DATABASES)  # dependents first
+TEST_LABEL = "klutch-gitops/test"
+LABEL_VALUE = f"local-provider-{uuid.uuid4().hex[:6]}"
 
 
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresInfo]:
-    with running_postgres(tmp_path_factory.mktemp("postgres")) as info:
-        yield info
+def postgres(stack: StackInfo) -> PostgresInfo:
+    assert stack.postgres is not None, "the stack runs PostgreSQL"
+    return stack.postgres
 
 
 @pytest.fixture(scope="module")
-def kube(clusters: dict[str, client.ApiClient]) -> Kube:
-    return Kube(clusters["control-plane"])
-
-
-@pytest.fixture(scope="module")
-def provider(kube: Kube, postgres: PostgresInfo) -> Iterator[LocalProvider]:
-    provider = LocalProvider(
-        kube,
-        backup_dir=Path(postgres.backup_dir),
-        bin_dir=Path(postgres.bin_dir),
-        poll_interval=2.0,  # drift is repaired within seconds, for the drift test
-    ).start()
-    eventually(provider.synced, "the provider's caches")
-    yield provider
-    provider.stop()
+def kube(clusters: dict[str, client.ApiClient]) -> Iterator[Kube]:
+    """The Control Plane; at the end, whatever a failed test left behind is deleted."""
+    kube = Kube(clusters["control-plane"])
+    assert kube.get(PROVIDER_CONFIGS, None, LOCAL_PROVIDER_CONFIG) is not None
+    yield kube
+    for resource in KINDS:
+        for obj in kube.list(resource, label_selector=f"{TEST_LABEL}={LABEL_VALUE}")[0]:
+            kube.delete(resource, None, obj["metadata"]["name"])
 
 
 @pytest.fixture(scope="module")
@@ -68,24 +64,6 @@ def secrets_namespace(kube: Kube) -> Iterator[str]:
     kube.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
     kube.delete(NAMESPACES, None, name)
-
-
-@pytest.fixture(scope="module")
-def provider_config(
-    kube: Kube, postgres: PostgresInfo, provider: LocalProvider, secrets_namespace: str
-) -> Iterator[str]:
-    name = f"pc-{uuid.uuid4().hex[:6]}"
-    bootstrap(
-        kube,
-        name,
-        host=postgres.host,
-        port=postgres.port,
-        username=postgres.superuser,
-        password=postgres.password,
-        namespace=secrets_namespace,
-    )
-    yield name
-    kube.delete(PROVIDER_CONFIGS, None, name)
 
 
 def superuser(postgres: PostgresInfo, database: str = "postgres") -> psycopg.Connection[Any]:
@@ -108,14 +86,24 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def create(kube: Kube, resource: Resource, name: str, spec: dict[str, Any]) -> None:
+def create(
+    kube: Kube,
+    resource: Resource,
+    name: str,
+    spec: dict[str, Any],
+    annotations: dict[str, str] | None = None,
+) -> None:
+    """A managed resource of this module (labelled, so the module's teardown finds it)."""
+    metadata: dict[str, Any] = {"name": name, "labels": {TEST_LABEL: LABEL_VALUE}}
+    if annotations:
+        metadata["annotations"] = annotations
     kube.create(
         resource,
         {
             "apiVersion": resource.api_version,
             "kind": resource.kind,
-            "metadata": {"name": name},
-            "spec": spec,
+            "metadata": metadata,
+            "spec": {"providerConfigRef": {"name": LOCAL_PROVIDER_CONFIG}, **spec},
         },
     )
 
@@ -137,9 +125,37 @@ def ready(kube: Kube, resource: Resource, name: str) -> dict[str, Any]:
     return eventually(check, f"{resource.kind} {name} Ready and Synced", timeout=60)
 
 
+def not_synced(kube: Kube, resource: Resource, name: str) -> dict[str, Any]:
+    """Wait for Synced=False; the condition."""
+    return eventually(
+        lambda: (
+            condition(kube, resource, name, "Synced").get("status") == "False"
+            and condition(kube, resource, name, "Synced")
+        ),
+        f"{resource.kind} {name} Synced=False",
+    )
+
+
 def gone(kube: Kube, resource: Resource, name: str) -> None:
     kube.delete(resource, None, name)
     eventually(lambda: kube.get(resource, None, name) is None, f"{resource.kind} {name} gone")
+
+
+def resync(kube: Kube, resource: Resource, name: str) -> None:
+    """Have the stack's provider reconcile ``name`` once more, and return once it has.
+
+    Removing the external-name annotation is a change its watch acts on, and the reconcile puts
+    the annotation back first thing. The second time it is back, the reconcile the first removal
+    started has finished: one object is never reconciled twice at once.
+    """
+
+    def annotated() -> bool:
+        obj = kube.get(resource, None, name) or {"metadata": {}}
+        return EXTERNAL_NAME in (obj["metadata"].get("annotations") or {})
+
+    for _ in range(2):
+        kube.patch(resource, None, name, {"metadata": {"annotations": {EXTERNAL_NAME: None}}})
+        eventually(annotated, f"the provider to reconcile {resource.kind} {name}")
 
 
 def database_exists(postgres: PostgresInfo, name: str) -> bool:
@@ -151,21 +167,11 @@ def role_exists(postgres: PostgresInfo, name: str) -> bool:
 
 
 def test_database_user_backup_restore(
-    kube: Kube,
-    postgres: PostgresInfo,
-    provider: LocalProvider,
-    provider_config: str,
-    secrets_namespace: str,
+    kube: Kube, postgres: PostgresInfo, secrets_namespace: str
 ) -> None:
-    pc = {"providerConfigRef": {"name": provider_config}}
     db, app, backup, restore = (unique(p) for p in ("orders", "app", "backup", "restore"))
 
-    create(
-        kube,
-        DATABASES,
-        db,
-        {**pc, "forProvider": {"connectionLimit": 20, "statementTimeout": 30000}},
-    )
+    create(kube, DATABASES, db, {"forProvider": {"connectionLimit": 20, "statementTimeout": 30000}})
     obj = ready(kube, DATABASES, db)
     assert obj["metadata"]["annotations"][EXTERNAL_NAME] == db
     assert FINALIZER in obj["metadata"]["finalizers"]
@@ -178,7 +184,6 @@ def test_database_user_backup_restore(
         USERS,
         app,
         {
-            **pc,
             "forProvider": {"databaseRef": {"name": db}},
             "writeConnectionSecretToRef": {"name": f"{app}-creds", "namespace": secrets_namespace},
         },
@@ -197,7 +202,7 @@ def test_database_user_backup_restore(
         connection.execute("CREATE TABLE orders (id int PRIMARY KEY, item text)")
         connection.execute("INSERT INTO orders VALUES (1, 'tea'), (2, 'cake')")
 
-    create(kube, BACKUPS, backup, {**pc, "forProvider": {"databaseRef": {"name": db}}})
+    create(kube, BACKUPS, backup, {"forProvider": {"databaseRef": {"name": db}}})
     done = ready(kube, BACKUPS, backup)["status"]["atProvider"]
     assert done["database"] == db
     assert done["sizeBytes"] == Path(done["file"]).stat().st_size > 0
@@ -212,7 +217,7 @@ def test_database_user_backup_restore(
         kube,
         RESTORES,
         restore,
-        {**pc, "forProvider": {"backupRef": {"name": backup}, "databaseRef": {"name": db}}},
+        {"forProvider": {"backupRef": {"name": backup}, "databaseRef": {"name": db}}},
     )
     restored = ready(kube, RESTORES, restore)["status"]["atProvider"]
     assert restored["restoredGeneration"] == 1
@@ -225,10 +230,12 @@ def test_database_user_backup_restore(
         connection.execute("INSERT INTO orders VALUES (4, 'jam')")
 
     # a resync (as after a restart) restores nothing again
-    provider.reconcilers["LocalRestore"].reconcile(restore)
+    resync(kube, RESTORES, restore)
     with superuser(postgres, db) as connection:
         assert connection.execute("SELECT count(*) FROM orders").fetchone() == (3,)
-    assert kube.get(RESTORES, None, restore)["status"]["atProvider"] == restored
+    after = kube.get(RESTORES, None, restore)
+    assert after["status"]["atProvider"] == restored
+    assert condition(kube, RESTORES, restore, "Synced")["status"] == "True"
 
     gone(kube, USERS, app)
     assert not role_exists(postgres, app)
@@ -241,12 +248,9 @@ def test_database_user_backup_restore(
     assert not role_exists(postgres, f"{db}_owner")
 
 
-def test_spec_changes_reach_the_server(
-    kube: Kube, postgres: PostgresInfo, provider_config: str
-) -> None:
+def test_spec_changes_reach_the_server(kube: Kube, postgres: PostgresInfo) -> None:
     db = unique("tuned")
-    pc = {"providerConfigRef": {"name": provider_config}}
-    create(kube, DATABASES, db, {**pc, "forProvider": {"statementTimeout": 1000, "workMem": "4MB"}})
+    create(kube, DATABASES, db, {"forProvider": {"statementTimeout": 1000, "workMem": "4MB"}})
     ready(kube, DATABASES, db)
     changed = {"connectionLimit": 3, "statementTimeout": None, "workMem": "8MB"}
     kube.patch(DATABASES, None, db, {"spec": {"forProvider": changed}})
@@ -267,37 +271,37 @@ def test_spec_changes_reach_the_server(
     gone(kube, DATABASES, db)
 
 
-def test_drift_on_the_server_is_repaired(
-    kube: Kube, postgres: PostgresInfo, provider_config: str
-) -> None:
+def test_drift_on_the_server_is_repaired(kube: Kube, postgres: PostgresInfo) -> None:
+    """Nobody touches the object: the stack's provider finds the drift on its own poll."""
     db = unique("drift")
-    create(kube, DATABASES, db, {"providerConfigRef": {"name": provider_config}, "forProvider": {}})
+    create(kube, DATABASES, db, {"forProvider": {}})
     ready(kube, DATABASES, db)
     with superuser(postgres) as connection:
         connection.execute(psycopg.sql.SQL("DROP DATABASE {}").format(psycopg.sql.Identifier(db)))
-    eventually(lambda: database_exists(postgres, db), "the dropped database back")
+    eventually(
+        lambda: database_exists(postgres, db),
+        "the dropped database back at the provider's next poll",
+        timeout=POLL_INTERVAL + 60,
+    )
     gone(kube, DATABASES, db)
 
 
-def test_orphan_keeps_the_database(
-    kube: Kube, postgres: PostgresInfo, provider_config: str
-) -> None:
+def test_orphan_keeps_the_database(kube: Kube, postgres: PostgresInfo) -> None:
     db = unique("kept")
-    spec = {"providerConfigRef": {"name": provider_config}, "deletionPolicy": "Orphan"}
-    create(kube, DATABASES, db, {**spec, "forProvider": {}})
+    create(kube, DATABASES, db, {"deletionPolicy": "Orphan", "forProvider": {}})
     ready(kube, DATABASES, db)
     gone(kube, DATABASES, db)
     assert database_exists(postgres, db)
     assert role_exists(postgres, f"{db}_owner")
     # the same name adopts it again: the owner role's marker says whose it is
-    create(kube, DATABASES, db, {"providerConfigRef": {"name": provider_config}, "forProvider": {}})
+    create(kube, DATABASES, db, {"forProvider": {}})
     ready(kube, DATABASES, db)
     gone(kube, DATABASES, db)
     assert not database_exists(postgres, db)
 
 
 def test_an_unknown_database_is_reported_on_the_user(
-    kube: Kube, postgres: PostgresInfo, provider_config: str, secrets_namespace: str
+    kube: Kube, postgres: PostgresInfo, secrets_namespace: str
 ) -> None:
     name = unique("lost")
     create(
@@ -305,18 +309,11 @@ def test_an_unknown_database_is_reported_on_the_user(
         USERS,
         name,
         {
-            "providerConfigRef": {"name": provider_config},
             "forProvider": {"database": "no-such-database"},
             "writeConnectionSecretToRef": {"name": name, "namespace": secrets_namespace},
         },
     )
-    synced = eventually(
-        lambda: (
-            condition(kube, USERS, name, "Synced").get("status") == "False"
-            and condition(kube, USERS, name, "Synced")
-        ),
-        "Synced=False",
-    )
+    synced = not_synced(kube, USERS, name)
     assert synced["reason"] == "ReconcileError"
     assert synced["message"] == (
         "observe failed: database 'no-such-database' does not exist: create it with a "
@@ -326,44 +323,21 @@ def test_an_unknown_database_is_reported_on_the_user(
     gone(kube, USERS, name)
 
 
-def test_someone_elses_database_is_never_touched(
-    kube: Kube, postgres: PostgresInfo, provider_config: str
-) -> None:
+def test_someone_elses_database_is_never_touched(kube: Kube, postgres: PostgresInfo) -> None:
     name = unique("takeover")
-    kube.create(
-        DATABASES,
-        {
-            "apiVersion": DATABASES.api_version,
-            "kind": DATABASES.kind,
-            "metadata": {"name": name, "annotations": {EXTERNAL_NAME: "postgres"}},
-            "spec": {"providerConfigRef": {"name": provider_config}, "forProvider": {}},
-        },
-    )
-    synced = eventually(
-        lambda: (
-            condition(kube, DATABASES, name, "Synced").get("status") == "False"
-            and condition(kube, DATABASES, name, "Synced")
-        ),
-        "Synced=False",
-    )
+    create(kube, DATABASES, name, {"forProvider": {}}, annotations={EXTERNAL_NAME: "postgres"})
+    synced = not_synced(kube, DATABASES, name)
     assert (
-        f"database 'postgres' exists and was not made for LocalDatabase {name}"
-        in (synced["message"])
+        f"database 'postgres' exists and was not made for LocalDatabase {name}" in synced["message"]
     )
     gone(kube, DATABASES, name)
     assert database_exists(postgres, "postgres")
 
 
-def test_a_missing_provider_config_is_reported(kube: Kube, provider: LocalProvider) -> None:
+def test_a_missing_provider_config_is_reported(kube: Kube) -> None:
     name = unique("nowhere")
     create(kube, DATABASES, name, {"providerConfigRef": {"name": name}, "forProvider": {}})
-    synced = eventually(
-        lambda: (
-            condition(kube, DATABASES, name, "Synced").get("status") == "False"
-            and condition(kube, DATABASES, name, "Synced")
-        ),
-        "Synced=False",
-    )
+    synced = not_synced(kube, DATABASES, name)
     assert synced["message"].startswith(f"connect failed: ProviderConfig {name} not found")
     # deleting needs the server too (as in Crossplane); orphaning is the way out
     kube.patch(DATABASES, None, name, {"spec": {"deletionPolicy": "Orphan"}})
@@ -371,8 +345,10 @@ def test_a_missing_provider_config_is_reported(kube: Kube, provider: LocalProvid
 
 
 def test_a_provider_config_in_use_stays_until_its_users_are_gone(
-    kube: Kube, postgres: PostgresInfo, provider: LocalProvider, secrets_namespace: str
+    kube: Kube, postgres: PostgresInfo, secrets_namespace: str
 ) -> None:
+    """A ProviderConfig of the test's own, for the stack's server, served by the stack's
+    provider like its own."""
     pc, db = unique("pc"), unique("user-of-pc")
     bootstrap(
         kube,
@@ -383,14 +359,20 @@ def test_a_provider_config_in_use_stays_until_its_users_are_gone(
         password=postgres.password,
         namespace=secrets_namespace,
     )
-    create(kube, DATABASES, db, {"providerConfigRef": {"name": pc}, "forProvider": {}})
-    ready(kube, DATABASES, db)
-    eventually(
-        lambda: (kube.get(PROVIDER_CONFIGS, None, pc) or {}).get("status", {}).get("users") == 1,
-        "status.users 1",
-    )
-    kube.delete(PROVIDER_CONFIGS, None, pc)
-    assert kube.get(PROVIDER_CONFIGS, None, pc)["metadata"]["deletionTimestamp"]
-    gone(kube, DATABASES, db)  # needs the ProviderConfig to drop the database
-    assert not database_exists(postgres, db)
-    eventually(lambda: kube.get(PROVIDER_CONFIGS, None, pc) is None, "the ProviderConfig gone")
+    try:
+        create(kube, DATABASES, db, {"providerConfigRef": {"name": pc}, "forProvider": {}})
+        ready(kube, DATABASES, db)
+        eventually(
+            lambda: (
+                (kube.get(PROVIDER_CONFIGS, None, pc) or {}).get("status", {}).get("users") == 1
+            ),
+            "status.users 1",
+        )
+        kube.delete(PROVIDER_CONFIGS, None, pc)
+        assert kube.get(PROVIDER_CONFIGS, None, pc)["metadata"]["deletionTimestamp"]
+        gone(kube, DATABASES, db)  # needs the ProviderConfig to drop the database
+        assert not database_exists(postgres, db)
+        eventually(lambda: kube.get(PROVIDER_CONFIGS, None, pc) is None, "the ProviderConfig gone")
+    finally:
+        kube.delete(DATABASES, None, db)
+        kube.delete(PROVIDER_CONFIGS, None, pc)

@@ -1,101 +1,177 @@
 """``klutch-gitops local-provider`` as the stack runs it: a child process that writes its own
-ProviderConfig from ``--postgres-*`` flags and says on ``/healthz`` when it is serving."""
+ProviderConfig from ``--postgres-*`` flags and says on ``/healthz`` when it is serving.
+
+The provider acts on the managed resources of every ProviderConfig, so a second provider process
+on the Control Plane would fight the stack's over the same objects: these tests look at the
+stack's own process instead.
+"""
 
 from __future__ import annotations
 
 import base64
+import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 from kubernetes import client
 
-from klutch_gitops.kube import NAMESPACES, SECRETS, Kube
-from klutch_gitops.local_provider.api import DATABASES, PROVIDER_CONFIGS, conditions_of
+from klutch_gitops.kube import SECRETS, Kube
+from klutch_gitops.local_provider.api import (
+    DATABASES,
+    FIELD_MANAGER,
+    IN_USE_FINALIZER,
+    PROVIDER_CONFIGS,
+    conditions_of,
+    load_crds,
+)
 from klutch_gitops.localstack.postgres import PostgresInfo
-from klutch_gitops.localstack.processes import Process, free_port
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.localstack.processes import Process, cmdline
+from klutch_gitops.localstack.stack import LOCAL_PROVIDER_CONFIG, LocalStack, StackInfo
 
 from .gitops import eventually
-from .pgserver import running_postgres
+
+CLI = [sys.executable, "-m", "klutch_gitops.cli", "local-provider"]
+SECRET_NAMESPACE = "crossplane-system"
 
 
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresInfo]:
-    with running_postgres(tmp_path_factory.mktemp("postgres")) as info:
-        yield info
+def provider(local_stack: LocalStack) -> Process:
+    """The stack's provider process."""
+    found = [p for p in local_stack.processes if p.name == "local-provider"]
+    assert len(found) == 1
+    assert found[0].running, found[0].log_tail()
+    return found[0]
 
 
-def healthy(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2.0).status_code == 200
-    except httpx.HTTPError:
-        return False
+@pytest.fixture(scope="module")
+def postgres(stack: StackInfo) -> PostgresInfo:
+    assert stack.postgres is not None
+    return stack.postgres
 
 
-def test_the_command_bootstraps_its_provider_config_and_serves(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    postgres: PostgresInfo,
-    tmp_path: Path,
+@pytest.fixture(scope="module")
+def kube(clusters: dict[str, client.ApiClient]) -> Kube:
+    return Kube(clusters["control-plane"])
+
+
+def option(argv: list[str], name: str) -> str:
+    """The value of ``--name=value`` in ``argv``."""
+    values = [arg.split("=", 1)[1] for arg in argv if arg.startswith(f"--{name}=")]
+    assert len(values) == 1, f"--{name} in {argv}"
+    return values[0]
+
+
+def test_it_is_started_with_a_password_file_and_never_shows_the_password(
+    provider: Process, postgres: PostgresInfo
 ) -> None:
-    kube = Kube(clusters["control-plane"])
-    suffix = uuid.uuid4().hex[:6]
-    pc, namespace, db = f"cli-{suffix}", f"t-cli-provider-{suffix}", f"cli-db-{suffix}"
-    health = free_port()
-    provider = Process(
-        "local-provider",
-        [
-            sys.executable,
-            "-m",
-            "klutch_gitops.cli",
-            "local-provider",
-            f"--kubeconfig={stack.clusters['control-plane'].kubeconfig}",
-            f"--postgres-host={postgres.host}",
-            f"--postgres-port={postgres.port}",
-            f"--postgres-user={postgres.superuser}",
-            f"--postgres-password-file={postgres.password_file}",
-            f"--backup-dir={postgres.backup_dir}",
-            f"--provider-config={pc}",
-            f"--secret-namespace={namespace}",
-            f"--health-port={health}",
-        ],
-        tmp_path / "provider.log",
-        tmp_path / "provider.pid",
-    )
-    provider.start()
-    try:
-        provider.wait_until(lambda: healthy(health), "/healthz", 60)
-        ref = kube.get(PROVIDER_CONFIGS, None, pc)["spec"]["credentials"]["connectionSecretRef"]
-        secret = kube.get(SECRETS, ref["namespace"], ref["name"])
-        assert base64.b64decode(secret["data"]["port"]).decode() == str(postgres.port)
-        assert postgres.password not in provider.log.read_text()
+    assert provider.popen is not None
+    argv = cmdline(provider.popen.pid)
+    assert argv == provider.argv
+    assert argv[1:4] == ["-m", "klutch_gitops.cli", "local-provider"]
+    assert option(argv, "provider-config") == LOCAL_PROVIDER_CONFIG
+    assert option(argv, "postgres-port") == str(postgres.port)
+    assert option(argv, "postgres-password-file") == postgres.password_file
+    assert all(postgres.password not in arg for arg in argv)
+    log = provider.log.read_text()
+    assert "local provider running against" in log
+    assert postgres.password not in log
 
-        kube.create(
-            DATABASES,
-            {
-                "apiVersion": DATABASES.api_version,
-                "kind": DATABASES.kind,
-                "metadata": {"name": db},
-                "spec": {"providerConfigRef": {"name": pc}, "forProvider": {}},
-            },
-        )
+
+def test_it_serves_health_on_loopback(provider: Process) -> None:
+    port = option(provider.argv, "health-port")
+    for path in ("/healthz", "/readyz"):
+        response = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5.0)
+        assert (response.status_code, response.text) == (200, "ok\n")
+    assert httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5.0).status_code == 404
+
+
+def test_it_installs_its_crds(clusters: dict[str, client.ApiClient]) -> None:
+    extensions = client.ApiextensionsV1Api(clusters["control-plane"])
+    for crd in load_crds():
+        served = extensions.read_custom_resource_definition(crd["metadata"]["name"])
+        established = {c.type: c.status for c in served.status.conditions or []}
+        assert established.get("Established") == "True", crd["metadata"]["name"]
+
+
+def test_it_bootstraps_a_provider_config_for_the_stacks_server(
+    kube: Kube, postgres: PostgresInfo
+) -> None:
+    pc = kube.get(PROVIDER_CONFIGS, None, LOCAL_PROVIDER_CONFIG)
+    assert pc is not None
+    secret_name = f"{LOCAL_PROVIDER_CONFIG}-postgresql"
+    assert pc["spec"]["credentials"] == {
+        "source": "PostgreSQLConnectionSecret",
+        "connectionSecretRef": {"name": secret_name, "namespace": SECRET_NAMESPACE},
+    }
+
+    # the provider keeps it: counted users, and the in-use finalizer
+    def kept() -> dict | None:
+        found = kube.get(PROVIDER_CONFIGS, None, LOCAL_PROVIDER_CONFIG) or {"metadata": {}}
+        return found if IN_USE_FINALIZER in (found["metadata"].get("finalizers") or []) else None
+
+    assert isinstance(eventually(kept, "the in-use finalizer")["status"]["users"], int)
+
+    secret = kube.get(SECRETS, SECRET_NAMESPACE, secret_name)
+    assert secret is not None
+    values = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert values == {
+        "endpoint": postgres.host,
+        "port": str(postgres.port),
+        "username": postgres.superuser,
+        "password": postgres.password,
+    }
+    assert {m["manager"] for m in secret["metadata"]["managedFields"]} == {FIELD_MANAGER}
+    with psycopg.connect(
+        host=values["endpoint"],
+        port=int(values["port"]),
+        user=values["username"],
+        password=values["password"],
+        dbname="postgres",
+    ) as connection:
+        assert connection.execute("SELECT current_user").fetchone() == (postgres.superuser,)
+
+
+def test_a_database_on_its_provider_config_gets_ready_and_goes(kube: Kube) -> None:
+    db = f"cli-db-{uuid.uuid4().hex[:6]}"
+    kube.create(
+        DATABASES,
+        {
+            "apiVersion": DATABASES.api_version,
+            "kind": DATABASES.kind,
+            "metadata": {"name": db},
+            "spec": {"providerConfigRef": {"name": LOCAL_PROVIDER_CONFIG}, "forProvider": {}},
+        },
+    )
+    try:
         eventually(
             lambda: (
                 conditions_of(kube.get(DATABASES, None, db) or {}).get("Ready", {}).get("status")
                 == "True"
             ),
             f"LocalDatabase {db} Ready",
+            timeout=60,
         )
-        kube.delete(DATABASES, None, db)
-        eventually(lambda: kube.get(DATABASES, None, db) is None, f"LocalDatabase {db} gone")
-        kube.delete(PROVIDER_CONFIGS, None, pc)
-        eventually(lambda: kube.get(PROVIDER_CONFIGS, None, pc) is None, "ProviderConfig gone")
     finally:
-        provider.stop()
-        kube.delete(NAMESPACES, None, namespace)
-    assert provider.popen is not None
-    assert provider.popen.returncode == 0, provider.log_tail()
+        kube.delete(DATABASES, None, db)
+    eventually(lambda: kube.get(DATABASES, None, db) is None, f"LocalDatabase {db} gone")
+
+
+def test_a_server_without_a_password_file_is_refused(stack: StackInfo) -> None:
+    """Refused before the command touches the cluster: no second provider ever runs."""
+    done = subprocess.run(
+        [
+            *CLI,
+            f"--kubeconfig={stack.clusters['control-plane'].kubeconfig}",
+            "--postgres-host=127.0.0.1",
+            f"--provider-config=refused-{uuid.uuid4().hex[:6]}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "--postgres-host needs --postgres-password-file" in done.stderr

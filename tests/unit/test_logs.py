@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import logging
 import sys
+from pathlib import Path
 
 from klutch_gitops.logs import JsonFormatter, scrub
 
 JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJkZXYifQ.c2lnbmF0dXJlLWJ5dGVz"
 PEM = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBx\n-----END EC PRIVATE KEY-----\n"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def line(message: str, *args: object, exc: bool = False, **extra: object) -> dict:
@@ -61,3 +64,24 @@ def test_ordinary_text_is_left_alone() -> None:
         "consumer cluster-0a1b2c",
     ):
         assert scrub(text) == text
+
+
+def test_no_extra_field_overwrites_a_log_record_attribute() -> None:
+    """``extra={"name": ...}`` raises KeyError, but only once the level is enabled: in a
+    running process, not in a test that never turns INFO on."""
+    reserved = set(vars(logging.LogRecord("t", logging.INFO, "", 0, "", None, None))) | {
+        "message",
+        "asctime",
+    }
+    clashes = []
+    for package in ("klutch_gitops", "reconciler", "bind_api"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.keyword) or node.arg != "extra":
+                    continue
+                if not isinstance(node.value, ast.Dict):
+                    continue
+                for key in node.value.keys:
+                    if isinstance(key, ast.Constant) and key.value in reserved:
+                        clashes.append(f"{path.relative_to(ROOT)}:{key.lineno} {key.value!r}")
+    assert clashes == []
