@@ -24,6 +24,8 @@ from klutch_gitops.kube import CRDS, NAMESPACES, Kube, KubeError, Resource
 from .catalogstack import catalog_offered, conditions
 from .test_clusters import eventually
 
+pytestmark = pytest.mark.crossplane
+
 GROUP = "anynines.com"
 COMPOSITIONS = Resource("apiextensions.crossplane.io", "v1", "compositions", namespaced=False)
 TEMPLATES = Resource("example-backend.klutch.anynines.com", "v1alpha1", "apiserviceexporttemplates")

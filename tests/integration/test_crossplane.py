@@ -21,6 +21,8 @@ from klutch_gitops.localstack import binaries, crossplane
 from .conftest import TwinNamespace
 from .test_clusters import eventually, status_of
 
+pytestmark = pytest.mark.crossplane
+
 XP_GROUP, XP_VERSION = "apiextensions.crossplane.io", "v1"
 VERSION = "v1alpha1"
 

@@ -18,6 +18,8 @@ from klutch_gitops.local_provider.api import PROVIDER_CONFIGS
 from klutch_gitops.localstack.postgres import PostgresInfo
 from klutch_gitops.localstack.stack import LOCAL_PROVIDER_CONFIG, StackInfo
 
+pytestmark = pytest.mark.crossplane
+
 
 @pytest.fixture(scope="module")
 def postgres(stack: StackInfo) -> PostgresInfo:

@@ -35,6 +35,8 @@ from klutch_gitops.localstack.stack import LOCAL_PROVIDER_CONFIG, StackInfo
 
 from .gitops import eventually
 
+pytestmark = pytest.mark.crossplane
+
 A9S_KEYS = ["host", "hosts", "name", "password", "port", "uri", "username"]
 KINDS = (RESTORES, BACKUPS, USERS, DATABASES)  # dependents first
 TEST_LABEL = "klutch-gitops/test"

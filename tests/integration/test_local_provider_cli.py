@@ -33,6 +33,8 @@ from klutch_gitops.localstack.stack import LOCAL_PROVIDER_CONFIG, LocalStack, St
 
 from .gitops import eventually
 
+pytestmark = pytest.mark.crossplane
+
 CLI = [sys.executable, "-m", "klutch_gitops.cli", "local-provider"]
 SECRET_NAMESPACE = "crossplane-system"
 

@@ -20,6 +20,8 @@ from klutch_gitops.localstack.stack import StackInfo
 from .catalogstack import catalog_offered, conditions
 from .gitops import Tenant, eventually, make_tenant
 
+pytestmark = pytest.mark.crossplane
+
 GROUP = "anynines.com"
 KINDS = {
     "PostgresqlInstance": "postgresqlinstances",
