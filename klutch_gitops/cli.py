@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.markup import escape
@@ -178,6 +178,108 @@ def local_provider(
     err.print(f"local provider running against {kubeconfig}")
     stop.wait()
     provider.stop()
+
+
+class PlanOutput(StrEnum):
+    markdown = "markdown"
+    json = "json"
+
+
+@app.command()
+def plan(
+    base: Annotated[str, typer.Option("--base", help="The branch the pull request merges into")],
+    head: Annotated[str, typer.Option("--head", help="The pull request's branch or commit")],
+    repo: Annotated[Path, typer.Option("--repo", help="A clone holding both commits")] = Path(),
+    path: Annotated[
+        list[str] | None,
+        typer.Option("--path", help="A folder of claims (repeatable; default: ., or the config's)"),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="The reconciler's config: its registrations of --repo"),
+    ] = None,
+    repository: Annotated[
+        list[str] | None,
+        typer.Option("--repository", help="With --config: the registration(s) to plan by name"),
+    ] = None,
+    control_plane_kubeconfig: Annotated[
+        Path | None,
+        typer.Option("--control-plane-kubeconfig", help="The binding's Control Plane kubeconfig"),
+    ] = None,
+    consumer_namespace: Annotated[
+        str | None,
+        typer.Option("--consumer-namespace", help="The binding's namespace on the Control Plane"),
+    ] = None,
+    app_kubeconfig: Annotated[
+        Path | None,
+        typer.Option("--app-kubeconfig", help="The App Cluster, for deletion protection set there"),
+    ] = None,
+    app_namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--app-namespace", help="A namespace claims may use (repeatable; default: any)"
+        ),
+    ] = None,
+    output: Annotated[PlanOutput, typer.Option("-o", "--output")] = PlanOutput.markdown,
+) -> None:
+    """What merging --head into --base does to the claims, checked before the merge.
+
+    Exit code 0: clean; 1: the plan has failures (refused documents, deletion-protected claims,
+    changes the Control Plane refuses); 2: wrong usage, or Git or a cluster could not be read.
+    Without --config or --control-plane-kubeconfig it checks offline against the catalog.
+    """
+    import urllib3
+    from kubernetes.config.config_exception import ConfigException
+
+    from klutch_gitops.config import load_config
+    from klutch_gitops.errors import KlutchError
+    from klutch_gitops.kube import Kube, api_client
+    from reconciler.plan_io import Target, config_targets, run_plan
+    from reconciler.plan_render import render_json, render_markdown
+
+    if config and (
+        control_plane_kubeconfig or consumer_namespace or app_kubeconfig or app_namespace
+    ):
+        raise typer.BadParameter(
+            "--config names the clusters itself: leave out --control-plane-kubeconfig, "
+            "--consumer-namespace, --app-kubeconfig and --app-namespace"
+        )
+    if repository and not config:
+        raise typer.BadParameter("--repository chooses among the registrations of --config")
+    if bool(control_plane_kubeconfig) != bool(consumer_namespace):
+        raise typer.BadParameter("--control-plane-kubeconfig and --consumer-namespace go together")
+    try:
+        if config:
+            targets = config_targets(load_config(config), repo, repository or (), path or ())
+        else:
+            cp = Kube(api_client(control_plane_kubeconfig)) if control_plane_kubeconfig else None
+            app_cluster = Kube(api_client(app_kubeconfig)) if app_kubeconfig else None
+            targets = [
+                Target(
+                    name=folder,
+                    path=folder,
+                    consumer_namespace=consumer_namespace,
+                    app_namespaces=frozenset(app_namespace) if app_namespace else None,
+                    control_plane=cp,
+                    app=app_cluster,
+                )
+                for folder in path or ["."]
+            ]
+        result = run_plan(repo, base, head, targets)
+    except KlutchError as error:
+        _usage_failure(error.message, error.fix)
+    except (OSError, ConfigException, urllib3.exceptions.HTTPError) as error:
+        _usage_failure(f"{type(error).__name__}: {error}", "check the files and the clusters")
+    out.file.write(render_json(result) if output is PlanOutput.json else render_markdown(result))
+    raise typer.Exit(result.exit_code)
+
+
+def _usage_failure(message: str, fix: str) -> NoReturn:
+    """A plan that could not be made: exit 2, as kubectl does for what it cannot read."""
+    err.print(f"[red]error:[/red] {escape(message)}")
+    if fix:
+        err.print(f"[yellow]fix:[/yellow] {escape(fix)}")
+    raise typer.Exit(2)
 
 
 @app.command()
