@@ -9,6 +9,7 @@ handling.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,9 +99,53 @@ def api_client(
 ) -> client.ApiClient:
     """An ApiClient from a kubeconfig file path, kubeconfig YAML text, or a parsed kubeconfig."""
     if isinstance(kubeconfig, Path):
-        return config.new_client_from_config(config_file=str(kubeconfig), context=context)
+        api = config.new_client_from_config(config_file=str(kubeconfig), context=context)
+        token_file = _token_file(yaml.safe_load(kubeconfig.read_text()), context)
+        if token_file is not None:
+            api.configuration.refresh_api_key_hook = TokenFileReloader(
+                kubeconfig.parent / token_file
+            )
+        return api
     loaded = yaml.safe_load(kubeconfig) if isinstance(kubeconfig, str) else dict(kubeconfig)
     return config.new_client_from_config_dict(loaded, context=context)
+
+
+def _token_file(kubeconfig: Any, context: str | None) -> str | None:
+    """The ``tokenFile`` of the context's user, if it has one."""
+    try:
+        name = context or kubeconfig["current-context"]
+        ctx = next(c["context"] for c in kubeconfig["contexts"] if c["name"] == name)
+        user = next(u["user"] for u in kubeconfig["users"] if u["name"] == ctx["user"])
+        token_file = user.get("tokenFile")
+    except (KeyError, TypeError, StopIteration, AttributeError):
+        return None
+    return token_file if isinstance(token_file, str) and token_file else None
+
+
+class TokenFileReloader:
+    """Re-reads a kubeconfig user's ``tokenFile`` at most once a minute, as client-go does.
+
+    The official client reads it once, but a Pod's projected service-account token is rotated by
+    the kubelet, so a long-running process must pick up the new one.
+    """
+
+    INTERVAL_SECONDS = 60.0
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.read_at = time.monotonic()  # the loader has just read it
+
+    def __call__(self, configuration: client.Configuration) -> None:
+        now = time.monotonic()
+        if now - self.read_at < self.INTERVAL_SECONDS:
+            return
+        self.read_at = now
+        try:
+            token = self.path.read_text().strip()
+        except OSError:
+            return  # keep the last token: a refused request says why
+        if token:
+            configuration.api_key["BearerToken"] = f"Bearer {token}"
 
 
 class Kube:

@@ -50,7 +50,11 @@ class Component:
     # Directory name in the cache -> directory of ``module`` whose *.yaml files are copied there,
     # so data that must match the binary (CRDs) is versioned with it and never committed.
     assets: dict[str, str] = field(default_factory=dict)
+    # Directory name in the cache -> directories of ``module`` copied there whole, for a binary
+    # that reads its data from disk at run time.
+    trees: dict[str, tuple[str, ...]] = field(default_factory=dict)
     cgo: bool = False
+    tags: tuple[str, ...] = ()  # go build -tags
 
     @property
     def module_dir(self) -> Path:
@@ -104,6 +108,34 @@ COMPONENTS = (
         version_vars={"github.com/crossplane/crossplane/internal/version.version": "{version}"},
         assets={"crossplane-crds": "cluster/crds"},
     ),
+    # helm lints and renders charts/ in the tests. Besides its version, helm's release build stamps
+    # the Kubernetes version `helm template` and `helm lint` assume without a cluster, from the
+    # k8s.io/client-go it requires (v0.37 -> 1.37; tests/unit/test_binaries.py keeps them equal).
+    Component(
+        "helm",
+        "helm.sh/helm/v3",
+        {"helm": "helm.sh/helm/v3/cmd/helm"},
+        version_vars={
+            "helm.sh/helm/v3/internal/version.version": "{version}",
+            **{
+                f"helm.sh/helm/v3/pkg/{pkg}.k8sVersion{part}": value
+                for pkg in ("chartutil", "lint/rules")
+                for part, value in (("Major", "1"), ("Minor", "37"))
+            },
+        },
+    ),
+    # Gitea, for the pull-request review tests (its API only). SQLite needs cgo and these tags.
+    # Its templates and options (locales, licences, .gitignores) are files here: without the
+    # generated bindata (not in the module), Gitea reads them from STATIC_ROOT_PATH.
+    Component(
+        "gitea",
+        "code.gitea.io/gitea",
+        {"gitea": "code.gitea.io/gitea"},
+        version_vars={"main.Version": "{version}"},
+        trees={"gitea-static": ("options", "templates")},
+        cgo=True,
+        tags=("sqlite", "sqlite_unlock_notify"),
+    ),
 )
 
 
@@ -137,7 +169,7 @@ def resolve_all() -> dict[str, Resolved]:
     found: dict[str, Resolved] = {}
     for component in COMPONENTS:
         cached = cache_dir(component)
-        for name in [*component.binaries, *component.assets]:
+        for name in [*component.binaries, *component.assets, *component.trees]:
             present = _is_executable if name in component.binaries else Path.is_dir
             found[name] = Resolved(name, None, "missing")
             for var, directory in [*override_dirs(), ("cache", cached)]:
@@ -184,7 +216,7 @@ def build_missing(on_start: Callable[[str, str], None] = lambda c, b: None) -> l
         resolved = resolve_all()  # inside the lock: a concurrent build may just have finished
         for component in COMPONENTS:
             version = component.version()
-            names = [*component.binaries, *component.assets]
+            names = [*component.binaries, *component.assets, *component.trees]
             wanted = [n for n in names if resolved[n].path is None]
             reports += [
                 BuildReport(component.name, version, n, resolved[n].source, None)
@@ -203,8 +235,10 @@ def build_missing(on_start: Callable[[str, str], None] = lambda c, b: None) -> l
                     started = time.monotonic()
                     if name in component.binaries:
                         _go_build(component, name, staging / name)
-                    else:
+                    elif name in component.assets:
                         _copy_asset(component, component.assets[name], staging / name)
+                    else:
+                        _copy_trees(component, component.trees[name], staging / name)
                     seconds = time.monotonic() - started
                     reports.append(BuildReport(component.name, version, name, "built", seconds))
                 if target.exists():
@@ -231,6 +265,7 @@ def _go_build(component: Component, binary: str, output: Path) -> None:
         "-trimpath",
         "-ldflags",
         component.ldflags(),
+        *(["-tags", ",".join(component.tags)] if component.tags else []),
         "-o",
         str(output),
         component.binaries[binary],
@@ -238,10 +273,15 @@ def _go_build(component: Component, binary: str, output: Path) -> None:
     _run_go(component, binary, argv)
 
 
+def _module_dir(component: Component, name: str) -> Path:
+    """Where the Go module cache holds ``component.module`` (read-only)."""
+    argv = ["go", "mod", "download", "-json", component.module]
+    return Path(json.loads(_run_go(component, name, argv))["Dir"])
+
+
 def _copy_asset(component: Component, source: str, output: Path) -> None:
     """Copy ``source``'s YAML files out of the module cache (read-only there, so files only)."""
-    argv = ["go", "mod", "download", "-json", component.module]
-    module = Path(json.loads(_run_go(component, output.name, argv))["Dir"])
+    module = _module_dir(component, output.name)
     files = sorted((module / source).glob("*.yaml"))
     if not files:
         raise KlutchError(
@@ -251,6 +291,23 @@ def _copy_asset(component: Component, source: str, output: Path) -> None:
     output.mkdir()
     for file in files:
         shutil.copyfile(file, output / file.name)
+
+
+def _copy_trees(component: Component, sources: tuple[str, ...], output: Path) -> None:
+    """Copy the directories ``sources`` of the module, whole, into ``output`` (files only, so
+    the copies are writable, unlike the module cache)."""
+    module = _module_dir(component, output.name)
+    for source in sources:
+        files = [path for path in sorted((module / source).rglob("*")) if path.is_file()]
+        if not files:
+            raise KlutchError(
+                f"{component.module}@{component.version()} has no files in {source}/",
+                f"check the trees of {output.name} in klutch_gitops/localstack/binaries.py",
+            )
+        for file in files:
+            target = output / file.relative_to(module)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file, target)
 
 
 def _run_go(component: Component, name: str, argv: list[str]) -> str:

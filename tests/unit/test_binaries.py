@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 
@@ -9,8 +10,17 @@ import pytest
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.localstack import binaries
 
-ALL = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "dex", "crossplane")
-ASSETS = ("crossplane-crds",)
+ALL = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kubectl",
+    "dex",
+    "crossplane",
+    "helm",
+    "gitea",
+)
+ASSETS = ("crossplane-crds", "gitea-static")
 
 
 @pytest.fixture
@@ -50,6 +60,35 @@ def test_crossplane_version_is_stamped() -> None:
     assert crossplane.ldflags() == (
         f"-X github.com/crossplane/crossplane/internal/version.version={crossplane.version()}"
     )
+
+
+def test_helm_is_stamped_with_its_version_and_its_client_go_kubernetes_version() -> None:
+    """As helm's release build does; otherwise `helm template` assumes Kubernetes 1.20."""
+    helm = next(c for c in binaries.COMPONENTS if c.name == "helm")
+    assert helm.version().startswith("v3.")
+    client_go = re.search(
+        r"^\s*k8s\.io/client-go v0\.(\d+)\.", (helm.module_dir / "go.mod").read_text(), re.M
+    )
+    assert client_go, "tools/bins/helm/go.mod requires no k8s.io/client-go"
+    flags = helm.ldflags()
+    assert f"-X helm.sh/helm/v3/internal/version.version={helm.version()}" in flags
+    for pkg in ("chartutil", "lint/rules"):
+        assert f"-X helm.sh/helm/v3/pkg/{pkg}.k8sVersionMajor=1" in flags
+        assert f"-X helm.sh/helm/v3/pkg/{pkg}.k8sVersionMinor={client_go[1]}" in flags
+
+
+def test_gitea_builds_with_sqlite_and_carries_its_templates_and_options(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    gitea = next(c for c in binaries.COMPONENTS if c.name == "gitea")
+    assert gitea.version().startswith("v1.")
+    assert gitea.cgo
+    assert gitea.trees == {"gitea-static": ("options", "templates")}
+    argv: list[str] = []
+    monkeypatch.setattr(binaries, "_run_go", lambda component, name, command: argv.extend(command))
+    binaries._go_build(gitea, "gitea", tmp_path / "gitea")
+    assert argv[argv.index("-tags") + 1] == "sqlite,sqlite_unlock_notify"
+    assert f"-X main.Version={gitea.version()}" in argv
 
 
 def test_go_versions_compare_as_numbers() -> None:
@@ -139,6 +178,7 @@ def fake_go(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ALL:
         if name != "crossplane":
             executable(isolated / "prebuilt" / name)
+    (isolated / "prebuilt" / "gitea-static").mkdir()
     monkeypatch.setenv("KLUTCH_BIN_DIR", str(isolated / "prebuilt"))
     module = isolated / "modcache" / "crossplane"
     monkeypatch.setattr(binaries, "_check_go", lambda: None)
@@ -180,3 +220,29 @@ def test_a_missing_asset_alone_is_copied_and_the_binary_kept(fake_go: Path) -> N
     assert (reports["crossplane"], reports["crossplane-crds"]) == ("cache", "built")
     assert binary.read_text().endswith("# built before\n")
     assert (binaries.cache_dir(crossplane) / "crossplane-crds" / "a.yaml").exists()
+
+
+def test_trees_are_copied_whole_and_writable(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = isolated / "modcache" / "gitea"
+    for name in ("options/locale/locale_en-US.ini", "templates/mail/auth/activate.tmpl"):
+        (module / name).parent.mkdir(parents=True, exist_ok=True)
+        (module / name).write_text(name)
+        (module / name).chmod(0o444)
+    (module / "main.go").write_text("package main\n")
+    monkeypatch.setattr(
+        binaries, "_run_go", lambda component, name, argv: json.dumps({"Dir": str(module)})
+    )
+    gitea = next(c for c in binaries.COMPONENTS if c.name == "gitea")
+    output = isolated / "gitea-static"
+    binaries._copy_trees(gitea, gitea.trees["gitea-static"], output)
+    copied = sorted(str(p.relative_to(output)) for p in output.rglob("*") if p.is_file())
+    assert copied == ["options/locale/locale_en-US.ini", "templates/mail/auth/activate.tmpl"]
+    assert all(p.stat().st_mode & stat.S_IWUSR for p in output.rglob("*"))
+    (module / "templates" / "mail" / "auth" / "activate.tmpl").unlink()
+    (module / "templates" / "mail" / "auth").rmdir()
+    (module / "templates" / "mail").rmdir()
+    with pytest.raises(KlutchError) as raised:
+        binaries._copy_trees(gitea, gitea.trees["gitea-static"], isolated / "again")
+    assert "no files in templates/" in raised.value.message

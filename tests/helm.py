@@ -1,0 +1,56 @@
+"""Render charts/klutch-gitops with the helm that `make bins` builds, for the chart's tests."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from klutch_gitops.errors import KlutchError
+from klutch_gitops.localstack import binaries
+
+CHART = Path(__file__).resolve().parents[1] / "charts" / "klutch-gitops"
+# The value sets of chart-testing's convention, shared by helm lint, helm template and the tests.
+VALUE_SETS = {path.name.removesuffix("-values.yaml"): path for path in sorted(CHART.glob("ci/*"))}
+# The Kubernetes version of the local stack (tools/bins/kubernetes).
+KUBE_VERSION = "1.34.3"
+
+
+def helm_binary() -> Path:
+    """The helm binary, or a test failure that says how to build it."""
+    try:
+        return binaries.require("helm")["helm"]
+    except KlutchError as error:
+        pytest.fail(f"the chart's tests need helm: {error.message}; {error.fix}", pytrace=False)
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(helm_binary()), *args], capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+def template(
+    values: Iterable[Path] = (),
+    *,
+    set_values: Iterable[str] = (),
+    namespace: str = "klutch",
+    release: str = "klutch",
+    include_crds: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    args = ["template", release, str(CHART), "--namespace", namespace]
+    args += ["--kube-version", KUBE_VERSION]
+    args += [arg for path in values for arg in ("--values", str(path))]
+    args += [arg for value in set_values for arg in ("--set", value)]
+    return helm(*args, *(["--include-crds"] if include_crds else []))
+
+
+def render(values: Iterable[Path] = (), **options: Any) -> list[dict[str, Any]]:
+    """The rendered objects; a failed render fails the test with helm's message."""
+    result = template(values, **options)
+    assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
