@@ -28,7 +28,7 @@ debian-packages:
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		$(DEBIAN_PACKAGES)
 
-bins: setup            ## build kube-apiserver, kube-controller-manager, kubectl, etcd, Dex, Crossplane, helm (cached)
+bins: setup            ## build kube-apiserver, kube-controller-manager, kubectl, etcd, Dex, Crossplane, helm, Gitea (cached)
 	$(BIN)/klutch-gitops dev bins
 
 run: bins              ## local stack + example repositories + the reconciler (Ctrl-C stops it)

@@ -24,6 +24,8 @@ NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 REPOSITORY_NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 DURATION_PATTERN = re.compile(r"^(\d+(\.\d+)?)(ms|s|m|h)$")
 WRITE_BACK_MODES = ("inline", "files", "branch")
+# Who applies a repository's claims to the App Cluster: the reconciler, or Argo CD / Flux.
+APP_SYNC_MODES = ("reconciler", "external")
 TOKEN_REQUEST_MINIMUM = 600.0  # seconds: the shortest token the TokenRequest API issues
 
 
@@ -76,9 +78,11 @@ class RepositorySpec:
     path: str = "."
     credentials: GitCredentialsRef | None = None
     webhook_secret: SecretRef | None = None
+    forge_token: SecretRef | None = None  # API token that posts pull-request plans
     write_back: WriteBack = field(default_factory=WriteBack)
     poll_interval: float | None = None
     suspend: bool = False
+    app_sync: str = "reconciler"  # "external": Argo CD or Flux applies to the App Cluster
     source: str = "config"  # "config" or "RepositoryBinding <namespace>/<name>"
 
 
@@ -347,9 +351,11 @@ REPOSITORY_FIELDS = {
     "controlPlane",
     "credentials",
     "webhookSecret",
+    "forgeToken",
     "writeBack",
     "pollInterval",
     "suspend",
+    "appSync",
 }
 
 
@@ -401,6 +407,13 @@ def read_repository(reader: FieldReader, data: Any, where: str) -> RepositorySpe
             f"{path!r} leaves the repository",
             "use a folder inside the repository, e.g. claims/",
         )
+    app_sync = reader.string(data, "appSync", where, default="reconciler")
+    if app_sync is not None and app_sync not in APP_SYNC_MODES:
+        reader.problem(
+            f"{where}.appSync",
+            f"{app_sync!r} is not an App Cluster sync mode",
+            "use reconciler (the default), or external when Argo CD or Flux applies the claims",
+        )
     spec = RepositorySpec(
         name=name or "",
         url=url or "",
@@ -412,9 +425,11 @@ def read_repository(reader: FieldReader, data: Any, where: str) -> RepositorySpe
         path=path,
         credentials=reader.credentials(data.get("credentials"), f"{where}.credentials"),
         webhook_secret=reader.secret_ref(data.get("webhookSecret"), f"{where}.webhookSecret"),
+        forge_token=reader.secret_ref(data.get("forgeToken"), f"{where}.forgeToken"),
         write_back=reader.write_back(data.get("writeBack"), f"{where}.writeBack"),
         poll_interval=reader.duration(data, "pollInterval", where),
         suspend=bool(data.get("suspend", False)),
+        app_sync=app_sync or "reconciler",
     )
     return spec if len(reader.problems) == before else None
 
@@ -530,6 +545,7 @@ def from_repository_binding(obj: Mapping[str, Any]) -> RepositorySpec:
         },
         "writeBack": spec.get("writeBack") or {},
         "suspend": spec.get("suspend", False),
+        "appSync": spec.get("appSync", "reconciler"),
     }
     if spec.get("credentialsSecretRef"):
         entry["credentials"] = {
@@ -537,6 +553,9 @@ def from_repository_binding(obj: Mapping[str, Any]) -> RepositorySpec:
         }
     if spec.get("webhookSecretRef"):
         entry["webhookSecret"] = {"secretRef": {"namespace": namespace, **spec["webhookSecretRef"]}}
+    if spec.get("forgeTokenSecretRef"):
+        ref = {"key": "token", **spec["forgeTokenSecretRef"]}
+        entry["forgeToken"] = {"secretRef": {"namespace": namespace, **ref}}
     if spec.get("pollInterval"):
         entry["pollInterval"] = spec["pollInterval"]
     result = read_repository(reader, entry, "spec")

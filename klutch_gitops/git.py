@@ -234,6 +234,15 @@ class Checkout:
         self._run("clean", "-ffdxq")
         return self.head
 
+    def fetch_ref(self, ref: str) -> str:
+        """Fetch another ref of the remote (say, a pull request's head) into
+        ``refs/klutch/...``, leaving branch and work tree alone; its commit."""
+        local = "refs/klutch/" + ref.removeprefix("refs/")
+        status, _, err = self._git("fetch", "--quiet", "--no-tags", "origin", f"+{ref}:{local}")
+        if status != 0:
+            raise self._error("fetch", err)
+        return self._run("rev-parse", "--verify", f"{local}^{{commit}}").strip()
+
     def commit_files(
         self, changes: Mapping[str, bytes | None], message: str, author: Author
     ) -> str | None:

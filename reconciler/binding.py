@@ -1,5 +1,5 @@
 """Turn a registration (config entry or RepositoryBinding) into what a sync needs at run time:
-API clients for both clusters, Git credentials, webhook secrets.
+API clients for both clusters, Git credentials, webhook secrets, the forge API token.
 
 References are resolved on every (re)start of a binding, so rotating a Secret and touching the
 RepositoryBinding is enough to pick up new credentials. Resolved secrets stay in memory only.
@@ -19,7 +19,11 @@ from kubernetes import client
 from klutch_gitops.config import GitCredentialsRef, RepositorySpec, SecretRef
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Credentials
-from klutch_gitops.kube import SECRETS, Kube, api_client
+from klutch_gitops.kube import SECRETS, Kube, Resource, api_client
+
+REPOSITORY_BINDINGS = Resource(
+    "gitops.klutch.anynines.com", "v1alpha1", "repositorybindings", "RepositoryBinding"
+)
 
 
 @dataclass
@@ -29,6 +33,7 @@ class Binding:
     control_plane: Kube  # the Control Plane, with the binding's own least-privilege identity
     credentials: Credentials | None
     webhook_secrets: tuple[bytes, ...]
+    forge_token: str | None = None  # posts pull-request plans
 
 
 class Resolver:
@@ -145,10 +150,16 @@ class Resolver:
             if spec.webhook_secret
             else ()
         )
+        forge_token = (
+            self.value(spec.forge_token, f"{what}: forge token", namespace).decode().strip()
+            if spec.forge_token
+            else None
+        )
         return Binding(
             spec=spec,
             app=Kube(app),
             control_plane=Kube(control_plane),
             credentials=self.credentials(spec.credentials, what, namespace),
             webhook_secrets=webhook,
+            forge_token=forge_token or None,
         )

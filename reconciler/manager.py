@@ -20,12 +20,13 @@ from klutch_gitops.config import Config, RepositorySpec, from_repository_binding
 from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.informer import Informer
-from klutch_gitops.kube import Kube, KubeError, Resource, api_client
+from klutch_gitops.kube import Kube, KubeError, api_client
 from klutch_gitops.urls import normalize_repo_url
 from reconciler import metrics
-from reconciler.binding import Resolver
+from reconciler.binding import REPOSITORY_BINDINGS, Binding, Resolver
 from reconciler.platform import PlatformSync
 from reconciler.repository import Key, RepositorySync
+from reconciler.review import Reviewer
 from reconciler.server import create_app, serve
 from reconciler.sources import FileWatcher, Poller
 from reconciler.tokens import TokenRenewer
@@ -34,9 +35,6 @@ from reconciler.workqueue import WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
 
-REPOSITORY_BINDINGS = Resource(
-    "gitops.klutch.anynines.com", "v1alpha1", "repositorybindings", "RepositoryBinding"
-)
 PLATFORM = "platform"
 STOP_GRACE_SECONDS = 30.0
 
@@ -62,6 +60,7 @@ class Reconciler:
             self.admin, REPOSITORY_BINDINGS, self._on_binding, name="repositorybindings"
         )
         self.tokens = TokenRenewer(self.admin, config.binder_tokens, self._binder_renewed)
+        self.reviewer = Reviewer(self._bindings, config.work_dir)
         self.server = None
         self.workers: list[threading.Thread] = []
 
@@ -85,11 +84,13 @@ class Reconciler:
         self.bindings.start()
         self.tokens.start()
         self.workers = run_workers(self.queue, self.handle, self.config.workers, "reconcile")
+        self.reviewer.start()
         self.poller.start()
         self.watcher.start()
         if serve_http:
             self.server = serve(
-                create_app(self.waiting, self.secret_for, self.on_push), self.config.listen
+                create_app(self.waiting, self.secret_for, self.on_push, self.reviewer.submit),
+                self.config.listen,
             )
         return self
 
@@ -101,6 +102,7 @@ class Reconciler:
         self.bindings.stop()
         self.tokens.stop()
         self.namespaces.stop()
+        self.reviewer.stop()
         self.queue.shutdown()
         for worker in self.workers:  # let a pass or a push in flight finish
             worker.join(timeout=STOP_GRACE_SECONDS)
@@ -285,6 +287,9 @@ class Reconciler:
                 sync.trigger_fetch()
                 triggered += 1
         return triggered
+
+    def _bindings(self) -> dict[str, Binding]:
+        return {name: sync.binding for name, sync in list(self.syncs.items())}
 
     def secret_for(self, urls: frozenset[str]) -> Sequence[bytes]:
         return [

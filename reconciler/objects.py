@@ -1,8 +1,9 @@
 """Pure decisions of the sync stages: what each copy of a claim should look like.
 
 Git → App Cluster (our labels, annotations, finalizer) → Control Plane (mapped namespace, without
-App-side bookkeeping) → status and provider-owned Secrets back to the App Cluster. Nothing here
-does I/O, so every rule is unit-tested on plain dicts.
+App-side bookkeeping) → status and provider-owned Secrets back to the App Cluster. With
+``appSync: external`` Argo CD or Flux writes the App copy; we add only our label and finalizer and
+mirror what they applied. Nothing here does I/O, so every rule is unit-tested on plain dicts.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ FOREIGN_BOOKKEEPING = (
     "kubectl.kubernetes.io/last-applied-configuration",
     f"{PREFIX}/",
 )
+ARGOCD_MANAGER = "argocd-controller"
+# Argo CD's label tracking key: on the Control Plane it would tie the copy to an Application there.
+ARGOCD_INSTANCE_LABEL = "app.kubernetes.io/instance"
 
 
 def spec_hash(claim: Claim) -> str:
@@ -86,6 +90,56 @@ def control_plane_object(claim: Claim, namespace: str) -> dict[str, Any]:
     return body
 
 
+def repository_of(live: Mapping[str, Any]) -> str | None:
+    """The repository whose claim an App object is (our label), if any."""
+    return ((live.get("metadata") or {}).get("labels") or {}).get(REPOSITORY_LABEL)
+
+
+def mirrored_body(live: Mapping[str, Any]) -> dict[str, Any]:
+    """An App object that Argo CD or Flux applied, as the document to mirror: without status,
+    server fields and the tools' bookkeeping (labels, annotations, last-applied)."""
+    body = {k: copy.deepcopy(v) for k, v in live.items() if k not in ("metadata", "status")}
+    meta = live["metadata"]
+    labels = _own(meta.get("labels"))
+    if _argocd_managed(meta):
+        labels.pop(ARGOCD_INSTANCE_LABEL, None)
+    body["metadata"] = {
+        "name": meta["name"],
+        "namespace": meta["namespace"],
+        **({"labels": labels} if labels else {}),
+        **({"annotations": own} if (own := _own(meta.get("annotations"))) else {}),
+    }
+    return body
+
+
+def _argocd_managed(meta: Mapping[str, Any]) -> bool:
+    return any(
+        entry.get("manager") == ARGOCD_MANAGER for entry in meta.get("managedFields") or []
+    ) or any(k.startswith("argocd.argoproj.io/") for k in meta.get("annotations") or {})
+
+
+def adoption_object(live: Mapping[str, Any], repository: str) -> dict[str, Any] | None:
+    """The apply that marks an App object another tool wrote as ours: our label and finalizer,
+    nothing else, so no field of theirs changes owner. None when both are there already.
+
+    The uid makes it a precondition: an apply never recreates an object deleted meanwhile.
+    """
+    meta = live["metadata"]
+    if repository_of(live) == repository and FINALIZER in (meta.get("finalizers") or []):
+        return None
+    return {
+        "apiVersion": live["apiVersion"],
+        "kind": live["kind"],
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+            "labels": {REPOSITORY_LABEL: repository},
+            "finalizers": [FINALIZER],
+        },
+    }
+
+
 def _own(values: Mapping[str, str] | None) -> dict[str, str]:
     return {
         k: v
@@ -117,18 +171,61 @@ def _subset(want: Any, have: Any) -> bool:
     return want == have
 
 
-def status_object(live_app: Mapping[str, Any], upstream: Mapping[str, Any]) -> dict | None:
-    """The status-subresource apply that copies the Control Plane's ``.status``; None if equal."""
+def status_object(
+    live_app: Mapping[str, Any], upstream: Mapping[str, Any], in_sync: bool = True
+) -> dict | None:
+    """The status-subresource apply that copies the Control Plane's ``.status``; None if equal.
+
+    ``in_sync``: the Control Plane copy has the App copy's spec. Its ``observedGeneration``
+    values are translated into the App copy's generations (see ``app_generations``).
+    """
     status = upstream.get("status")
-    if status is None or live_app.get("status") == status:
+    if status is None:
+        return None
+    status = app_generations(status, upstream, live_app, in_sync)
+    if live_app.get("status") == status:
         return None
     meta = live_app["metadata"]
     return {
         "apiVersion": live_app["apiVersion"],
         "kind": live_app["kind"],
         "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-        "status": copy.deepcopy(status),
+        "status": status,
     }
+
+
+def app_generations(
+    status: Mapping[str, Any],
+    upstream: Mapping[str, Any],
+    live_app: Mapping[str, Any],
+    in_sync: bool,
+) -> dict[str, Any]:
+    """The Control Plane's status with its ``observedGeneration`` values (top level and per
+    condition) counted in App generations: the two copies' generations differ (a recreated copy
+    starts again at 1), and health checks compare them with the App copy's ``generation``.
+
+    An observation is current when the Control Plane copy has the App copy's spec and its
+    controller observed that copy's generation; anything older becomes the App generation - 1.
+    """
+    result = copy.deepcopy(dict(status))
+    upstream_generation = (upstream.get("metadata") or {}).get("generation")
+    app_generation = (live_app.get("metadata") or {}).get("generation")
+    if not isinstance(upstream_generation, int) or not isinstance(app_generation, int):
+        return result
+
+    def translated(value: Any) -> Any:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return value
+        if in_sync and value >= upstream_generation:
+            return app_generation
+        return max(app_generation - 1, 0)
+
+    if "observedGeneration" in result:
+        result["observedGeneration"] = translated(result["observedGeneration"])
+    for condition in result.get("conditions") or []:
+        if isinstance(condition, dict) and "observedGeneration" in condition:
+            condition["observedGeneration"] = translated(condition["observedGeneration"])
+    return result
 
 
 def credential_secret_names(claim_body: Mapping[str, Any]) -> set[str]:

@@ -33,9 +33,8 @@ from klutch_gitops.kube import Kube, KubeError, Resource, api_client
 from klutch_gitops.manifests import Claim, Export, Identity
 from klutch_gitops.urls import InvalidRepoURL, normalize_repo_url
 from reconciler import objects, plan
-from reconciler.binding import Resolver
+from reconciler.binding import REPOSITORY_BINDINGS, Resolver
 from reconciler.desired import load_desired
-from reconciler.manager import REPOSITORY_BINDINGS
 
 GIT_TIMEOUT = 120.0
 # The spec fields Crossplane adds to every claim CRD it makes of an XRD (internal/xcrd).

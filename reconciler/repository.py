@@ -5,6 +5,12 @@ prune and finalize, status and credentials back — and schedules a write-back w
 changed. Passes are cheap when nothing changed: cluster state comes from informer caches and only
 differences are written. Informer events and source triggers enqueue passes; the work queue
 serialises them per repository.
+
+With ``appSync: external`` Argo CD or Flux applies the claims to the App Cluster. A pass then
+adopts the App objects that Git names (our label and finalizer, nothing else), mirrors what the
+tool applied — not Git's newest commit, which the tool may not have synced yet — to the Control
+Plane, and never applies spec to or prunes in the App Cluster. Deletion starts when the tool
+deletes the App object: our finalizer holds it until the Control Plane copy is gone.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from klutch_gitops.config import Bot
 from klutch_gitops.git import Checkout
 from klutch_gitops.informer import Informer
 from klutch_gitops.kube import CRDS, EVENTS, SECRETS, KubeError, Resource
-from klutch_gitops.manifests import Claim, Export, Identity, Rejection
+from klutch_gitops.manifests import Claim, Export, Identity, Location, Rejection
 from reconciler import metrics, objects
 from reconciler.binding import Binding
 from reconciler.desired import DesiredState, load_desired
@@ -70,6 +76,7 @@ class RepositorySync:
         self._enqueue_after = enqueue_after
         mode = Mode(self.spec.write_back.mode)
         self.mode = mode
+        self.external = self.spec.app_sync == "external"
         self.reader = Checkout.open_or_clone(
             self.spec.url, self.spec.branch, work_dir / self.name / "source", binding.credentials
         )
@@ -98,6 +105,7 @@ class RepositorySync:
         self._scheduled_fingerprint = ""
         self.last_status_commit: str | None = None
         self.pending = True
+        self._held: set[Identity] = set()  # deletion-protected App objects being deleted
         self._source: tuple[str | None, str] = (None, "")
         self._lock = threading.Lock()
 
@@ -109,6 +117,11 @@ class RepositorySync:
 
     def _on_event(self, _event: str, _obj: dict) -> None:
         self._enqueue(("sync", self.name))
+
+    def _on_app_event(self, _event: str, obj: dict) -> None:
+        """In external mode the App informer sees every claim of its kind: only ours count."""
+        if obj["metadata"].get("namespace") in self.spec.app_namespaces:
+            self._enqueue(("sync", self.name))
 
     def stop(self) -> None:
         for informer in [
@@ -135,10 +148,12 @@ class RepositorySync:
             self._app_crds(raw_exports, problems)
             desired = self._load_desired(raw_exports)
             pending = self._map_namespaces()
-            self._apply(desired, problems)
-            self._prune(desired, problems)
-            self._finalize()
-            statuses = self._observe(desired)
+            mirrored = self._adopted(desired, problems) if self.external else desired.claims
+            self._apply(mirrored, problems)
+            if not self.external:
+                self._prune(desired, problems)
+            self._finalize(problems)
+            statuses = self._observe(desired, mirrored)
             self._schedule_write_back(desired, statuses, problems)
             self.pending = pending
             if pending:
@@ -183,11 +198,14 @@ class RepositorySync:
                 self._wait_established(name)
             export = Export.of(raw)
             if export.name not in self.app_claims:
+                # external: the tool's new objects carry no label of ours until adopted
                 self.app_claims[export.name] = Informer(
                     self.binding.app,
                     resource_of(export),
-                    self._on_event,
-                    label_selector=f"{objects.REPOSITORY_LABEL}={self.name}",
+                    self._on_app_event if self.external else self._on_event,
+                    label_selector=None
+                    if self.external
+                    else f"{objects.REPOSITORY_LABEL}={self.name}",
                     name=f"{self.name}-app-{export.plural}",
                 ).start()
 
@@ -259,14 +277,66 @@ class RepositorySync:
     def _export(self, claim: Claim) -> Export:
         return self.exports[(claim.identity.group, claim.identity.kind)]
 
-    def _apply(self, desired: DesiredState, problems: list[Rejection]) -> None:
+    def _live(self, claim: Claim) -> dict | None:
+        informer = self.app_claims.get(self._export(claim).name)
+        return informer.get(claim.identity.namespace, claim.identity.name) if informer else None
+
+    def _upstream(self, claim: Claim) -> dict | None:
+        target = self.mapping.get(claim.identity.namespace)
+        if target is None:
+            return None
+        return self.cp_claims[(self._export(claim).name, target)].get(target, claim.identity.name)
+
+    def _adopted(self, desired: DesiredState, problems: list[Rejection]) -> tuple[Claim, ...]:
+        """External mode: the App objects to mirror, as claims. Ours are those Git names (not
+        yet adopted) and those carrying our label (adopted, even if Git dropped them and the
+        tool did not prune them: the App Cluster says what is deployed)."""
+        in_git = {c.identity: c for c in desired.claims}
+        claims = []
+        for export in self.exports.values():
+            informer = self.app_claims.get(export.name)
+            for live in informer.items() if informer else []:
+                meta = live["metadata"]
+                if meta["namespace"] not in self.spec.app_namespaces or meta.get(
+                    "deletionTimestamp"
+                ):
+                    continue
+                identity = Identity.of(live)
+                git = in_git.get(identity)
+                owner = objects.repository_of(live)
+                if owner not in (None, self.name):
+                    if git is not None:
+                        problems.append(
+                            Rejection(
+                                file=git.location.file,
+                                document=git.location.document,
+                                message=f"{identity} in the App Cluster belongs to repository "
+                                f"{owner}; it is not mirrored from here",
+                                fix="define each claim in one repository only",
+                            )
+                        )
+                    continue
+                if owner is None and git is None:
+                    continue  # someone else's object: not named by this repository
+                claims.append(
+                    Claim(
+                        identity,
+                        live["apiVersion"],
+                        objects.mirrored_body(live),
+                        git.location if git else Location(self.spec.path, 0),
+                        git.git_status if git else None,
+                    )
+                )
+        return tuple(sorted(claims, key=lambda c: c.identity))
+
+    def _apply(self, claims: tuple[Claim, ...], problems: list[Rejection]) -> None:
         """Server-side apply what differs: App without force (conflicts are reported), then the
         Control Plane with force (it is our mirror: drift there is reverted).
 
         Deciding is cheap and done in order; only the writes run concurrently, so an idle pass
         costs no threads and a cold sync of many claims is not one round-trip at a time.
         """
-        writes = [write for claim in desired.claims if (write := self._plan(claim))]
+        writes = [write for claim in claims if (write := self._plan(claim))]
         if len(writes) <= 1:
             found = [self._write(*write) for write in writes]
         else:
@@ -275,22 +345,25 @@ class RepositorySync:
         problems.extend(p for problem in found for p in problem)
 
     def _plan(self, claim: Claim) -> tuple[Claim, Resource, dict | None, dict | None] | None:
-        """What to write for one claim (App body, Control Plane body), or None if in sync."""
+        """What to write for one claim (App body, Control Plane body), or None if in sync.
+
+        External mode: the App body only adopts (label, finalizer); the spec is the tool's."""
         export = self._export(claim)
         resource = resource_of(export, claim.api_version.rpartition("/")[2])
         ident = claim.identity
-        informer = self.app_claims.get(export.name)
-        live = informer.get(ident.namespace, ident.name) if informer else None
+        live = self._live(claim)
         if live is not None and live["metadata"].get("deletionTimestamp"):
             return None  # finishing a deletion first; the next pass recreates it
-        body = objects.app_object(claim, self.name, self.spec.path, self.head or "", live)
-        app_body = body if objects.needs_apply(body, live) else None
+        if self.external:
+            app_body = objects.adoption_object(live, self.name) if live is not None else None
+        else:
+            body = objects.app_object(claim, self.name, self.spec.path, self.head or "", live)
+            app_body = body if objects.needs_apply(body, live) else None
         target = self.mapping.get(ident.namespace)
         cp_body = None
         if target is not None:
-            upstream = self.cp_claims[(export.name, target)].get(target, ident.name)
             copy = objects.control_plane_object(claim, target)
-            cp_body = copy if objects.needs_apply(copy, upstream) else None
+            cp_body = copy if objects.needs_apply(copy, self._upstream(claim)) else None
         if app_body is None and cp_body is None:
             return None
         return claim, resource, app_body, cp_body
@@ -361,20 +434,28 @@ class RepositorySync:
                     continue
                 self.binding.app.delete(resource_of(export), meta["namespace"], meta["name"])
 
-    def _finalize(self) -> None:
-        """Release an App claim only when its Control Plane copy is really gone."""
+    def _finalize(self, problems: list[Rejection]) -> None:
+        """Release an App claim only when its Control Plane copy is really gone, and never a
+        deletion-protected one: its copy (the running service) stays until the annotation goes.
+        """
+        held: set[Identity] = set()
         for export in self.exports.values():
             informer = self.app_claims.get(export.name)
             for live in informer.items() if informer else []:
                 meta = live["metadata"]
-                if not meta.get("deletionTimestamp") or objects.FINALIZER not in (
-                    meta.get("finalizers") or []
+                if (
+                    not meta.get("deletionTimestamp")
+                    or objects.FINALIZER not in (meta.get("finalizers") or [])
+                    or objects.repository_of(live) != self.name
                 ):
                     continue
                 target = self.mapping.get(meta["namespace"])
                 if target is None and meta["namespace"] in self.spec.app_namespaces:
                     continue  # mapping not known yet (e.g. just restarted): keep holding
                 resource = resource_of(export)
+                if objects.deletion_protected(live):
+                    held.add(self._hold(resource, live, problems))
+                    continue
                 if target is not None and (
                     self.binding.control_plane.delete(resource, target, meta["name"])
                     or self.binding.control_plane.get(resource, target, meta["name"])
@@ -391,33 +472,55 @@ class RepositorySync:
                 except KubeError as error:
                     if not error.not_found:
                         raise
+        self._held = held
 
-    def _observe(self, desired: DesiredState) -> tuple[ObservedStatus, ...]:
-        """Copy status and provider-owned Secrets to the App Cluster; return what Git gets."""
-        statuses = []
-        for claim in desired.claims:
-            export = self._export(claim)
-            ident = claim.identity
-            target = self.mapping.get(ident.namespace)
-            informer = self.app_claims.get(export.name)
-            live = informer.get(ident.namespace, ident.name) if informer else None
-            upstream = (
-                self.cp_claims[(export.name, target)].get(target, ident.name) if target else None
+    def _hold(self, resource: Resource, live: dict, problems: list[Rejection]) -> Identity:
+        """Report a deletion-protected App object that is being deleted (an Event only once)."""
+        identity = Identity.of(live)
+        message = (
+            f"{identity} is being deleted but is deletion-protected; its Control Plane copy is "
+            "kept and the deletion waits"
+        )
+        annotations = live["metadata"].get("annotations") or {}
+        problems.append(
+            Rejection(
+                file=annotations.get(objects.FILE_ANNOTATION) or self.spec.path,
+                message=message,
+                fix=f"remove the {objects.DELETION_PROTECTION} annotation from the live object "
+                "to let the deletion finish",
             )
-            statuses.append(
-                ObservedStatus(
-                    ident, claim.api_version, (upstream or {}).get("status"), claim.location.file
-                )
+        )
+        if identity not in self._held:
+            self._event(resource, live, "DeletionRefused", message)
+        return identity
+
+    def _observe(
+        self, desired: DesiredState, mirrored: tuple[Claim, ...]
+    ) -> tuple[ObservedStatus, ...]:
+        """Copy status and provider-owned Secrets to the mirrored App objects; return what Git
+        gets (the status of every claim Git holds)."""
+        statuses = tuple(
+            ObservedStatus(
+                claim.identity,
+                claim.api_version,
+                (self._upstream(claim) or {}).get("status"),
+                claim.location.file,
             )
+            for claim in desired.claims
+        )
+        for claim in mirrored:
+            live, upstream = self._live(claim), self._upstream(claim)
             if live is None or upstream is None:
                 continue
-            patch = objects.status_object(live, upstream)
+            target = self.mapping[claim.identity.namespace]
+            in_sync = not objects.needs_apply(objects.control_plane_object(claim, target), upstream)
+            patch = objects.status_object(live, upstream, in_sync)
             if patch is not None:
-                resource = resource_of(export, claim.api_version.rpartition("/")[2])
+                resource = resource_of(self._export(claim), claim.api_version.rpartition("/")[2])
                 self.binding.app.apply(resource, patch, force=True, subresource="status")
             self._copy_secrets(claim, live, target)
-        self._drop_orphan_secrets(desired)
-        return tuple(statuses)
+        self._drop_orphan_secrets(mirrored)
+        return statuses
 
     def _copy_secrets(self, claim: Claim, live: dict, target: str | None) -> None:
         upstream_cache = self.cp_secrets.get(target or "")
@@ -438,7 +541,7 @@ class RepositorySync:
             ):
                 self.binding.app.apply(SECRETS, wanted, force=True)
 
-    def _drop_orphan_secrets(self, desired: DesiredState) -> None:
+    def _drop_orphan_secrets(self, claims: tuple[Claim, ...]) -> None:
         """Drop a copied Secret its claim no longer names. A Secret whose claim is gone goes
         with it (ownerReference); one whose claim was only rejected stays, like the claim."""
         named = {
@@ -447,7 +550,7 @@ class RepositorySync:
                 c.identity.kind,
                 c.identity.name,
             ): objects.credential_secret_names(c.body)
-            for c in desired.claims
+            for c in claims
         }
         for secret in self.app_secrets.items():
             meta = secret["metadata"]

@@ -1,4 +1,4 @@
-"""The reconciler's HTTP surface: health, readiness, Prometheus metrics and push webhooks."""
+"""The reconciler's HTTP surface: health, readiness, Prometheus metrics and webhooks."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from reconciler.metrics import REGISTRY
-from reconciler.webhooks import PushEvent, webhook_router
+from reconciler.webhooks import PullRequestEvent, PushEvent, webhook_router
 
 
 def create_app(
     ready: Callable[[], Sequence[str]],
     secret_for: Callable[[frozenset[str]], Sequence[bytes]],
     on_push: Callable[[PushEvent], int],
+    on_pull_request: Callable[[PullRequestEvent], int],
 ) -> FastAPI:
     """``ready`` returns what is not ready yet; empty means ready."""
     app = FastAPI(title="klutch-gitops reconciler", docs_url=None, redoc_url=None)
@@ -37,7 +38,7 @@ def create_app(
     def metrics() -> Response:
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
-    app.include_router(webhook_router(secret_for, on_push))
+    app.include_router(webhook_router(secret_for, on_push, on_pull_request))
     return app
 
 

@@ -17,7 +17,7 @@ from kubernetes import client
 
 from bind_api.consumer import bind_consumer, binder_kubeconfig
 from bind_api.namespaces import mapped_namespace
-from klutch_gitops.config import Config, RepositorySpec, SecretRef, WriteBack
+from klutch_gitops.config import Config, GitCredentialsRef, RepositorySpec, SecretRef, WriteBack
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import Kube, Resource
 from klutch_gitops.localstack.processes import free_port
@@ -49,6 +49,17 @@ def eventually(check: Callable[[], Any], what: str, timeout: float = 30.0) -> An
                 return last
         time.sleep(0.1)
     pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """A repository on a Git server (say, Gitea) instead of the tenant's own bare repository."""
+
+    url: str  # the reconciler's: no credentials in it
+    person_url: str  # the person's clone, credentials in it
+    bare: Path  # where the server keeps it on disk
+    credentials: GitCredentialsRef
+    forge_token: SecretRef
 
 
 @dataclass
@@ -119,9 +130,13 @@ def make_tenant(
     tmp_path: Path,
     mode: str = "inline",
     claim_crds: list[dict[str, Any]] | None = None,
+    app_sync: str = "reconciler",
+    origin: Origin | None = None,
 ) -> Tenant:
     """A bound consumer with a repository and a running reconciler; its exports are the
-    stand-in claim CRDs, or ``claim_crds`` (e.g. the ones Crossplane made from the catalog)."""
+    stand-in claim CRDs, or ``claim_crds`` (e.g. the ones Crossplane made from the catalog).
+    ``app_sync="external"``: a stand-in for Argo CD or Flux applies the claims (the test).
+    ``origin``: the repository lives on a Git server, not in a bare repository of its own."""
     admin = Kube(clusters["control-plane"])
     app = Kube(clusters["app"])
     install_crds(
@@ -138,8 +153,12 @@ def make_tenant(
     binder.write_text(yaml.safe_dump(binder_kubeconfig(admin, consumer)))
 
     remote, clone = tmp_path / "team.git", tmp_path / "human"
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
-    subprocess.run(["git", "clone", "-q", str(remote), str(clone)], check=True, capture_output=True)
+    if origin is None:
+        subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
+        url, person_url = f"file://{remote}", str(remote)
+    else:
+        remote, url, person_url = origin.bare, origin.url, origin.person_url
+    subprocess.run(["git", "clone", "-q", person_url, str(clone)], check=True, capture_output=True)
     git(clone, "config", "user.name", "Human Developer")
     git(clone, "config", "user.email", "human@example.com")
     git(clone, "checkout", "-q", "-b", "main")
@@ -150,14 +169,17 @@ def make_tenant(
 
     spec = RepositorySpec(
         name=f"team-{suffix}",
-        url=f"file://{remote}",
+        url=url,
         consumer_namespace=consumer,
         app_namespaces=(namespace,),
         path="claims",
         app_kubeconfig=SecretRef(file=Path(stack.clusters["app"].kubeconfig)),
         control_plane_kubeconfig=SecretRef(file=binder),
         webhook_secret=SecretRef(file=_write(tmp_path / "webhook", WEBHOOK_SECRET)),
+        credentials=origin.credentials if origin else None,
+        forge_token=origin.forge_token if origin else None,
         write_back=WriteBack(mode=mode),
+        app_sync=app_sync,
     )
     config = Config(
         control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),

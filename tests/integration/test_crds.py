@@ -376,6 +376,7 @@ def test_repository_binding_defaults(
     spec = create(namespace, "control-plane", repository_binding())["spec"]
     assert (spec["branch"], spec["path"], spec["suspend"]) == ("main", ".", False)
     assert spec["writeBack"] == {"mode": "inline", "branch": "klutch-status"}
+    assert spec["appSync"] == "reconciler"
     assert spec["appCluster"]["kubeconfigSecretRef"]["key"] == "kubeconfig"
     assert spec["controlPlane"]["kubeconfigSecretRef"]["key"] == "kubeconfig"
 
@@ -409,6 +410,7 @@ def test_repository_binding_accepts_url(
         ({"path": "/etc"}, "must be relative"),
         ({"appNamespaces": []}, "spec.appNamespaces"),
         ({"pollInterval": "soon"}, "spec.pollInterval"),
+        ({"appSync": "argocd"}, "spec.appSync"),
     ],
     ids=lambda value: json.dumps(value) if isinstance(value, dict) else None,
 )

@@ -117,3 +117,48 @@ def test_the_documented_example_config_is_valid() -> None:
     config = parse_config(example.read_text(), str(example), example.parent)
     assert [r.name for r in config.repositories] == ["team-a"]
     assert config.platform is not None
+
+
+def test_app_sync_is_read_and_checked(tmp_path: Path) -> None:
+    [repo] = parse_config(GOOD, "c.yaml", tmp_path).repositories
+    assert repo.app_sync == "reconciler"
+    external = GOOD + "    appSync: external\n"
+    assert parse_config(external, "c.yaml", tmp_path).repositories[0].app_sync == "external"
+    with pytest.raises(KlutchError, match=r"repositories\[0\].appSync: 'argocd' is not"):
+        parse_config(GOOD + "    appSync: argocd\n", "c.yaml", tmp_path)
+    binding = {
+        "metadata": {"name": "orders", "namespace": "cluster-abc"},
+        "spec": {
+            "url": "https://git.example/team/orders.git",
+            "appNamespaces": ["orders"],
+            "appCluster": {"kubeconfigSecretRef": {"name": "app"}},
+            "controlPlane": {"kubeconfigSecretRef": {"name": "binder"}},
+            "appSync": "external",
+        },
+    }
+    assert from_repository_binding(binding).app_sync == "external"
+    with pytest.raises(KlutchError, match=r"spec\.appSync"):
+        from_repository_binding({**binding, "spec": {**binding["spec"], "appSync": "flux"}})
+
+
+def test_forge_token_is_a_checked_reference(tmp_path: Path) -> None:
+    [repo] = parse_config(GOOD, "c.yaml", tmp_path).repositories
+    assert repo.forge_token is None
+    with_token = GOOD + "    forgeToken: {file: forge-token}\n"
+    [repo] = parse_config(with_token, "c.yaml", tmp_path).repositories
+    assert repo.forge_token == SecretRef(file=tmp_path / "forge-token")
+    with pytest.raises(KlutchError, match=r"repositories\[0\].forgeToken: needs exactly one of"):
+        parse_config(GOOD + "    forgeToken: {file: a, env: B}\n", "c.yaml", tmp_path)
+    binding = {
+        "metadata": {"name": "orders", "namespace": "cluster-abc"},
+        "spec": {
+            "url": "https://git.example/team/orders.git",
+            "appNamespaces": ["orders"],
+            "appCluster": {"kubeconfigSecretRef": {"name": "app"}},
+            "controlPlane": {"kubeconfigSecretRef": {"name": "binder"}},
+            "forgeTokenSecretRef": {"name": "forge"},
+        },
+    }
+    assert from_repository_binding(binding).forge_token == SecretRef(
+        namespace="cluster-abc", name="forge", key="token"
+    )

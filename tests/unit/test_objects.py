@@ -127,3 +127,114 @@ def test_never_take_over_a_foreign_crd() -> None:
     )
     assert not objects.owns_crd({"metadata": {"labels": {"app.kubernetes.io/managed-by": "helm"}}})
     assert not objects.owns_crd({"metadata": {}})
+
+
+def tool_applied(**meta: object) -> dict:
+    """A claim as Argo CD or Flux leaves it in the App Cluster, with the server's fields."""
+    return {
+        "apiVersion": "anynines.com/v1",
+        "kind": "PostgresqlInstance",
+        "metadata": {
+            "name": "db",
+            "namespace": "team",
+            "uid": "u-1",
+            "resourceVersion": "7",
+            "generation": 2,
+            "creationTimestamp": "2026-11-21T10:00:00Z",
+            "finalizers": [objects.FINALIZER],
+            **meta,
+        },
+        "spec": {"service": "a9s-postgresql13", "plan": "postgresql-single-nano"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def test_mirrored_body_strips_argocd_bookkeeping() -> None:
+    live = tool_applied(
+        labels={
+            "team": "a",
+            "app.kubernetes.io/instance": "team-data",
+            objects.REPOSITORY_LABEL: "r",
+        },
+        annotations={
+            "note": "keep",
+            "argocd.argoproj.io/tracking-id": "team-data:anynines.com/PostgresqlInstance:team/db",
+            "argocd.argoproj.io/sync-options": "ServerSideApply=true",
+            "kubectl.kubernetes.io/last-applied-configuration": "{}",
+        },
+        managedFields=[{"manager": "argocd-controller", "operation": "Apply"}],
+    )
+    assert objects.mirrored_body(live) == {
+        "apiVersion": "anynines.com/v1",
+        "kind": "PostgresqlInstance",
+        "metadata": {
+            "name": "db",
+            "namespace": "team",
+            "labels": {"team": "a"},
+            "annotations": {"note": "keep"},
+        },
+        "spec": live["spec"],
+    }
+
+
+def test_mirrored_body_strips_flux_bookkeeping_and_keeps_a_persons_instance_label() -> None:
+    live = tool_applied(
+        labels={
+            "app.kubernetes.io/instance": "orders",  # the person's, not Argo CD's tracking
+            "kustomize.toolkit.fluxcd.io/name": "team-data",
+            "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+        },
+        managedFields=[{"manager": "kustomize-controller", "operation": "Apply"}],
+    )
+    body = objects.mirrored_body(live)
+    assert body["metadata"] == {
+        "name": "db",
+        "namespace": "team",
+        "labels": {"app.kubernetes.io/instance": "orders"},
+    }
+    assert "status" not in body
+    body["spec"]["plan"] = "changed"  # a copy: the informer's cache stays as it is
+    assert live["spec"]["plan"] == "postgresql-single-nano"
+
+
+def test_adoption_takes_only_our_label_and_finalizer_and_needs_the_same_object() -> None:
+    live = tool_applied(finalizers=None, labels={"kustomize.toolkit.fluxcd.io/name": "x"})
+    body = objects.adoption_object(live, "repo")
+    assert body == {
+        "apiVersion": "anynines.com/v1",
+        "kind": "PostgresqlInstance",
+        "metadata": {
+            "name": "db",
+            "namespace": "team",
+            "uid": "u-1",  # a precondition: never recreates an object deleted meanwhile
+            "labels": {objects.REPOSITORY_LABEL: "repo"},
+            "finalizers": [objects.FINALIZER],
+        },
+    }
+    adopted = tool_applied(labels={objects.REPOSITORY_LABEL: "repo"})
+    assert objects.adoption_object(adopted, "repo") is None
+    assert objects.repository_of(adopted) == "repo"
+    assert objects.repository_of(live) is None
+
+
+def test_status_generations_are_counted_in_app_generations() -> None:
+    upstream = {
+        "metadata": {"generation": 1},  # a recreated copy starts again at 1
+        "status": {
+            "observedGeneration": 1,
+            "conditions": [{"type": "Ready", "status": "True", "observedGeneration": 1}],
+        },
+    }
+    live = tool_applied()  # generation 2
+    live.pop("status")
+    patch = objects.status_object(live, upstream, in_sync=True)
+    assert patch["status"]["observedGeneration"] == 2
+    assert patch["status"]["conditions"][0]["observedGeneration"] == 2
+    # the copy does not have the App spec yet, or its controller has not observed it
+    stale = objects.status_object(live, upstream, in_sync=False)
+    assert stale["status"]["observedGeneration"] == 1
+    behind = {**upstream, "metadata": {"generation": 3}}
+    assert objects.status_object(live, behind, in_sync=True)["status"]["observedGeneration"] == 1
+    # equal after translation: nothing to write
+    assert objects.status_object({**live, "status": patch["status"]}, upstream) is None
+    assert upstream["status"]["observedGeneration"] == 1  # the cache is never changed

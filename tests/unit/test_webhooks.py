@@ -10,7 +10,15 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from reconciler.webhooks import MAX_BODY, PushEvent, WebhookError, parse_push, webhook_router
+from reconciler.webhooks import (
+    MAX_BODY,
+    PullRequestEvent,
+    PushEvent,
+    WebhookError,
+    parse_pull_request,
+    parse_push,
+    webhook_router,
+)
 
 SECRET = b"s3cret-webhook-key"
 OTHER_SECRET = b"rotated-key"
@@ -140,7 +148,7 @@ Headers = Callable[..., dict[str, str]]
 PROVIDERS: dict[str, tuple[Callable[..., dict[str, Any]], Headers, str, str]] = {
     # provider: payload, headers, the header carrying the secret, a non-push event
     "github": (github_push, github_headers, "X-Hub-Signature-256", "ping"),
-    "gitlab": (gitlab_push, gitlab_headers, "X-Gitlab-Token", "Merge Request Hook"),
+    "gitlab": (gitlab_push, gitlab_headers, "X-Gitlab-Token", "Issue Hook"),
     "gitea": (gitea_push, gitea_headers, "X-Gitea-Signature", "create"),
 }
 EXPECTED_URLS = {
@@ -160,13 +168,22 @@ def pushes() -> list[PushEvent]:
 
 
 @pytest.fixture
-def client(pushes: list[PushEvent]) -> Iterator[TestClient]:
+def pulls() -> list[PullRequestEvent]:
+    return []
+
+
+@pytest.fixture
+def client(pushes: list[PushEvent], pulls: list[PullRequestEvent]) -> Iterator[TestClient]:
     def on_push(event: PushEvent) -> int:
         pushes.append(event)
         return 2
 
+    def on_pull_request(event: PullRequestEvent) -> int:
+        pulls.append(event)
+        return 1
+
     app = FastAPI()
-    app.include_router(webhook_router(secret_for, on_push))
+    app.include_router(webhook_router(secret_for, on_push, on_pull_request))
     with TestClient(app) as test_client:
         yield test_client
 
@@ -259,7 +276,7 @@ def test_github_ping_without_repository_is_ignored(client: TestClient) -> None:
     body = encode({"zen": "Keep it logically awesome.", "hook_id": 1, "hook": {"type": "Org"}})
     response = client.post("/webhooks/github", content=body, headers=github_headers(body, "ping"))
     assert response.status_code == 200
-    assert response.json() == {"ignored": "'ping' events are not pushes"}
+    assert response.json() == {"ignored": "'ping' events are not pushes or pull requests"}
 
 
 def test_branch_deletion_is_ignored(
@@ -364,3 +381,220 @@ def test_secrets_and_signatures_stay_out_of_logs(
         text = record.getMessage() + repr(record.__dict__)
         assert SECRET.decode() not in text
         assert not any(signature in text for signature in signatures)
+
+
+# -- pull requests ------------------------------------------------------------------------------
+HEAD = "c" * 40
+
+
+def github_pull(action: str = "opened", **extra: Any) -> dict[str, Any]:
+    """GitHub's pull_request event, trimmed from the documented example."""
+    repository = github_push()["repository"] | {"url": "https://api.github.com/repos/org/claims"}
+    return {
+        "action": action,
+        "number": 7,
+        "pull_request": {
+            "url": "https://api.github.com/repos/org/claims/pulls/7",
+            "id": 1,
+            "number": 7,
+            "state": "open",
+            "title": "Smaller database",
+            "head": {"label": "org:downgrade", "ref": "downgrade", "sha": HEAD, "repo": repository},
+            "base": {"label": "org:main", "ref": "main", "sha": "b" * 40, "repo": repository},
+        },
+        "repository": repository,
+        "sender": {"login": "someone", "id": 1},
+        **extra,
+    }
+
+
+def gitea_pull(action: str = "opened", **extra: Any) -> dict[str, Any]:
+    """Gitea's pull_request event (GitHub's shape; ``repository.url`` is the API URL)."""
+    repository = gitea_push()["repository"] | {
+        "url": "https://gitea.example.com/api/v1/repos/org/claims"
+    }
+    return {
+        "action": action,
+        "number": 7,
+        "pull_request": {
+            "id": 1,
+            "url": "https://gitea.example.com/org/claims/pulls/7",
+            "number": 7,
+            "state": "open",
+            "head": {"label": "downgrade", "ref": "downgrade", "sha": HEAD, "repo_id": 1},
+            "base": {"label": "main", "ref": "main", "sha": "b" * 40, "repo_id": 1},
+        },
+        "repository": repository,
+        "sender": {"login": "someone"},
+        **extra,
+    }
+
+
+def gitlab_merge_request(action: str = "open", **attributes: Any) -> dict[str, Any]:
+    """GitLab's Merge Request Hook, trimmed from the documented example."""
+    return {
+        "object_kind": "merge_request",
+        "event_type": "merge_request",
+        "user": {"username": "someone"},
+        "project": gitlab_push()["project"],
+        "object_attributes": {
+            "id": 99,
+            "iid": 7,
+            "target_branch": "main",
+            "source_branch": "downgrade",
+            "source_project_id": 15,
+            "target_project_id": 15,
+            "state": "opened",
+            "action": action,
+            "last_commit": {"id": HEAD, "message": "Smaller database"},
+            "url": "https://gitlab.example.com/platform/team/claims/-/merge_requests/7",
+            **attributes,
+        },
+        "changes": {},
+        "repository": {
+            "name": "claims",
+            "homepage": "https://gitlab.example.com/platform/team/claims",
+        },
+    }
+
+
+PULLS: dict[str, tuple[Callable[..., dict[str, Any]], str, str, str]] = {
+    # provider: payload, its event header value, the head ref, the API URL
+    "github": (
+        github_pull,
+        "pull_request",
+        "refs/pull/7/head",
+        "https://api.github.com/repos/org/claims",
+    ),
+    "gitlab": (
+        gitlab_merge_request,
+        "Merge Request Hook",
+        "refs/merge-requests/7/head",
+        "https://gitlab.example.com/api/v4/projects/15",
+    ),
+    "gitea": (
+        gitea_pull,
+        "pull_request",
+        "refs/pull/7/head",
+        "https://gitea.example.com/api/v1/repos/org/claims",
+    ),
+}
+
+
+def pull_request(provider: str, payload: dict[str, Any], secret: bytes = SECRET) -> Any:
+    _, headers, _, _ = PROVIDERS[provider]
+    body = encode(payload)
+    return parse_pull_request(provider, headers(body, PULLS[provider][1], secret), body, secret_for)
+
+
+def test_a_pull_request_to_plan(
+    provider: str, client: TestClient, pulls: list[PullRequestEvent], pushes: list[PushEvent]
+) -> None:
+    payload, event, head_ref, api_url = PULLS[provider]
+    expected = PullRequestEvent(
+        provider, EXPECTED_URLS[provider], 7, "main", "downgrade", HEAD, head_ref, api_url
+    )
+    assert pull_request(provider, payload()) == expected
+    body = encode(payload())
+    headers = PROVIDERS[provider][1](body, event)
+    response = client.post(f"/webhooks/{provider}", content=body, headers=headers)
+    assert (response.status_code, response.json()) == (202, {"triggered": 1})
+    assert (pulls, pushes) == ([expected], [])
+
+
+@pytest.mark.parametrize(
+    ("provider", "action"),
+    [
+        ("github", "synchronize"),
+        ("github", "reopened"),
+        ("gitea", "synchronized"),
+        ("gitea", "reopened"),
+        ("gitlab", "reopen"),
+    ],
+)
+def test_new_commits_and_reopening_are_planned(provider: str, action: str) -> None:
+    payload = PULLS[provider][0]
+    extra = {"oldrev": "b" * 40} if provider == "gitlab" else {}
+    assert pull_request(provider, payload(action, **extra)) is not None
+
+
+@pytest.mark.parametrize(
+    ("provider", "action"),
+    [
+        ("github", "closed"),
+        ("github", "labeled"),
+        ("gitea", "closed"),
+        ("gitea", "review_requested"),
+        ("gitlab", "close"),
+        ("gitlab", "merge"),
+        ("gitlab", "approved"),
+    ],
+)
+def test_other_actions_are_ignored(provider: str, action: str, client: TestClient) -> None:
+    payload, event, _, _ = PULLS[provider]
+    assert pull_request(provider, payload(action)) is None
+    body = encode(payload(action))
+    headers = PROVIDERS[provider][1](body, event)
+    response = client.post(f"/webhooks/{provider}", content=body, headers=headers)
+    assert response.status_code == 200
+    assert "needs no plan" in response.json()["ignored"]
+
+
+def test_an_edit_is_planned_only_when_it_moved_the_base() -> None:
+    title = {"title": {"from": "Old title"}}
+    assert pull_request("github", github_pull("edited", changes=title)) is None
+    moved = {"base": {"ref": {"from": "develop"}, "sha": {"from": "d" * 40}}}
+    assert pull_request("github", github_pull("edited", changes=moved)) is not None
+    assert pull_request("gitea", gitea_pull("edited", changes=title)) is None
+    assert pull_request("gitea", gitea_pull("edited", changes={"ref": {"from": "dev"}})) is not None
+
+
+def test_a_gitlab_update_is_planned_only_with_new_commits_or_a_new_target_branch() -> None:
+    assert pull_request("gitlab", gitlab_merge_request("update")) is None  # a label, a title
+    assert pull_request("gitlab", gitlab_merge_request("update", oldrev="b" * 40)) is not None
+    retargeted = gitlab_merge_request("update")
+    retargeted["changes"] = {"target_branch": {"previous": "develop", "current": "main"}}
+    assert pull_request("gitlab", retargeted) is not None
+
+
+def test_gitlab_under_a_relative_url_keeps_its_path_in_the_api_url() -> None:
+    payload = gitlab_merge_request()
+    payload["project"] = payload["project"] | {
+        "web_url": "https://example.com/gitlab/platform/team/claims",
+        "git_http_url": "https://gitlab.example.com/platform/team/claims.git",
+    }
+    event = pull_request("gitlab", payload)
+    assert event.api_url == "https://example.com/gitlab/api/v4/projects/15"
+
+
+def test_a_pull_request_with_a_wrong_signature_is_401(provider: str, client: TestClient) -> None:
+    payload, event, _, _ = PULLS[provider]
+    with pytest.raises(WebhookError) as raised:
+        pull_request(provider, payload(), secret=b"guessed")
+    assert raised.value.status_code == 401
+    body = encode(payload())
+    forged = PROVIDERS[provider][1](body, event, b"guessed")
+    assert client.post(f"/webhooks/{provider}", content=body, headers=forged).status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("provider", "path"),
+    [
+        ("github", "pull_request.head.sha"),
+        ("github", "repository.url"),
+        ("gitea", "pull_request.base.ref"),
+        ("gitlab", "object_attributes.last_commit.id"),
+        ("gitlab", "project.id"),
+    ],
+)
+def test_a_pull_request_lacking_a_field_is_400(provider: str, path: str) -> None:
+    payload = PULLS[provider][0]()
+    *parents, last = path.split(".")
+    node = payload
+    for key in parents:
+        node = node[key]
+    del node[last]
+    with pytest.raises(WebhookError) as raised:
+        pull_request(provider, payload)
+    assert raised.value.status_code == 400
+    assert path in raised.value.message

@@ -1,0 +1,62 @@
+-- Argo CD health check for Klutch's claims (every kind of anynines.com).
+--
+-- klutch-gitops copies the Control Plane's status into the App Cluster copy and counts its
+-- observedGeneration values in App generations, so they compare with metadata.generation:
+--   an older observedGeneration (top level, or on Ready or Synced) -> Progressing
+--   Synced False                                                   -> Degraded, with its message
+--   Ready True                                                     -> Healthy
+--   anything else (no status yet, Ready False or Unknown)          -> Progressing
+-- Lua 5.1 without the string library, as Argo CD runs it.
+
+local function first(...)
+  for i = 1, select("#", ...) do
+    local value = select(i, ...)
+    if value ~= nil and value ~= "" then
+      return value
+    end
+  end
+  return nil
+end
+
+local hs = { status = "Progressing", message = "Waiting for the Control Plane to report status" }
+local generation = obj.metadata.generation
+local status = obj.status
+if status == nil then
+  return hs
+end
+
+local function stale(observed)
+  return generation ~= nil and observed ~= nil and observed < generation
+end
+
+local ready, synced = nil, nil
+if status.conditions ~= nil then
+  for _, condition in ipairs(status.conditions) do
+    if condition.type == "Ready" then
+      ready = condition
+    elseif condition.type == "Synced" then
+      synced = condition
+    end
+  end
+end
+
+if stale(status.observedGeneration)
+  or (ready ~= nil and stale(ready.observedGeneration))
+  or (synced ~= nil and stale(synced.observedGeneration)) then
+  hs.message = "Waiting for the Control Plane to observe generation " .. generation
+  return hs
+end
+if synced ~= nil and synced.status == "False" then
+  hs.status = "Degraded"
+  hs.message = first(synced.message, synced.reason, "Synced is False")
+  return hs
+end
+if ready ~= nil and ready.status == "True" then
+  hs.status = "Healthy"
+  hs.message = first(ready.message, ready.reason, "Ready")
+  return hs
+end
+if ready ~= nil then
+  hs.message = first(ready.message, ready.reason, hs.message)
+end
+return hs

@@ -1,0 +1,130 @@
+"""The health checks of Argo CD (Lua) and Flux (CEL) on claims as the real App Cluster serves
+them, in every state the Control Plane reports (the status subresource written as the
+reconciler writes it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from klutch_gitops.kube import CRDS
+
+from ..argocd_health import argocd_health
+from ..flux_health import flux_health
+from .gitops import POSTGRES, Tenant, claim, eventually, make_tenant
+
+READY = {"type": "Ready", "status": "True", "reason": "Available", "message": ""}
+SYNCED = {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}
+CREATING = {"type": "Ready", "status": "False", "reason": "Creating", "message": ""}
+FAILED = {
+    "type": "Synced",
+    "status": "False",
+    "reason": "ReconcileError",
+    "message": "cannot compose resources: plan postgresql-single-nano is sold out",
+}
+WHEN = "2026-11-21T10:00:00Z"
+
+
+@pytest.fixture(scope="module")
+def tenant(stack, clusters, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenant]:
+    """A tenant whose reconciler serves the claim kinds in the App Cluster; the claims of this
+    module are not in its repository, so it leaves them alone."""
+    world = make_tenant(stack, clusters, tmp_path_factory.mktemp("health"))
+
+    def established() -> bool:
+        crd = world.app.get(CRDS, None, f"{POSTGRES.plural}.{POSTGRES.group}") or {}
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    eventually(established, "the claim CRD in the App Cluster")
+    yield world
+    world.reconciler.stop()
+
+
+def live_claim(
+    tenant: Tenant, name: str, status: dict[str, Any] | None, generations: int = 1
+) -> dict:
+    """A claim with ``generations`` spec versions and then ``status``, read back."""
+    plans = ["postgresql-single-nano", "postgresql-single-small", "postgresql-single-big"]
+    for plan in plans[:generations]:
+        tenant.app.apply(POSTGRES, yaml.safe_load(claim(name, tenant.namespace, plan)))
+    if status is not None:
+        conditions = [{"lastTransitionTime": WHEN, **c} for c in status.get("conditions", [])]
+        tenant.app.apply(
+            POSTGRES,
+            {
+                "apiVersion": "anynines.com/v1",
+                "kind": "PostgresqlInstance",
+                "metadata": {"name": name, "namespace": tenant.namespace},
+                "status": {**status, "conditions": conditions},
+            },
+            force=True,
+            subresource="status",
+        )
+    live = tenant.app.get(POSTGRES, tenant.namespace, name)
+    assert live["metadata"]["generation"] == generations
+    return live
+
+
+WAITING = "Waiting for the Control Plane to report status"
+STATES = {  # status, generations, Argo CD's health, Flux's status
+    "no-status": (None, 1, ("Progressing", WAITING), "Unknown"),
+    "no-conditions": ({"conditions": []}, 1, ("Progressing", WAITING), "InProgress"),
+    "progressing": (
+        {"conditions": [CREATING, SYNCED]},
+        1,
+        ("Progressing", "Creating"),
+        "InProgress",
+    ),
+    "healthy": (
+        {"conditions": [READY, SYNCED], "observedGeneration": 1},
+        1,
+        ("Healthy", "Available"),
+        "Current",
+    ),
+    "degraded": ({"conditions": [CREATING, FAILED]}, 1, ("Degraded", FAILED["message"]), "Failed"),
+    "degraded-though-ready": (
+        {"conditions": [READY, FAILED]},
+        1,
+        ("Degraded", FAILED["message"]),
+        "Failed",
+    ),
+    "old-observed-generation": (
+        {"conditions": [READY, SYNCED], "observedGeneration": 1},
+        2,
+        ("Progressing", "Waiting for the Control Plane to observe generation 2"),
+        "InProgress",
+    ),
+    "old-condition-generation": (
+        {"conditions": [{**READY, "observedGeneration": 2}, {**SYNCED, "observedGeneration": 3}]},
+        3,
+        ("Progressing", "Waiting for the Control Plane to observe generation 3"),
+        "InProgress",
+    ),
+    "current-condition-generation": (
+        {"conditions": [{**READY, "observedGeneration": 2}, {**SYNCED, "observedGeneration": 2}]},
+        2,
+        ("Healthy", "Available"),
+        "Current",
+    ),
+}
+FLUX_EXPRESSIONS = {
+    e["kind"]: e
+    for e in yaml.safe_load(
+        (
+            Path(__file__).resolve().parents[2] / "catalog/health/flux/health-check-exprs.yaml"
+        ).read_text()
+    )
+}
+
+
+@pytest.mark.parametrize("state", list(STATES))
+def test_health_of_live_claims(tenant: Tenant, state: str) -> None:
+    status, generations, argocd, flux = STATES[state]
+    live = live_claim(tenant, state, status, generations)
+    assert argocd_health(live) == argocd
+    assert flux_health(live, FLUX_EXPRESSIONS[live["kind"]]) == flux

@@ -1,0 +1,259 @@
+"""Pull-request review: which registrations a pull request queues, and one review from a real Git
+remote (offline plan, the catalog's schemas) to the forge's comment and status, played by
+httpx.MockTransport."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from klutch_gitops.config import RepositorySpec, SecretRef
+from klutch_gitops.errors import KlutchError
+from reconciler.binding import Binding
+from reconciler.forges import State
+from reconciler.review import Reviewer, api_trusted, context, error_comment, marker
+from reconciler.webhooks import PullRequestEvent
+
+API = "https://api.github.com/repos/org/claims"
+TOKEN = "t0ken"
+
+
+def spec(name: str, url: str, branch: str = "main", path: str = "claims") -> RepositorySpec:
+    return RepositorySpec(
+        name=name,
+        url=url,
+        consumer_namespace="cluster-abc",
+        app_namespaces=("team",),
+        app_kubeconfig=SecretRef(file=Path("/dev/null")),
+        control_plane_kubeconfig=SecretRef(file=Path("/dev/null")),
+        branch=branch,
+        path=path,
+    )
+
+
+def binding(spec: RepositorySpec, token: str | None = TOKEN) -> Binding:
+    """Without cluster clients: the plan runs offline, against the catalog's schemas."""
+    return Binding(spec, None, None, None, (), forge_token=token)  # type: ignore[arg-type]
+
+
+def event(sha: str, number: int = 7, urls: frozenset[str] | None = None) -> PullRequestEvent:
+    return PullRequestEvent(
+        "github",
+        urls or frozenset({"github.com/org/claims"}),
+        number,
+        "main",
+        "downgrade",
+        sha,
+        f"refs/pull/{number}/head",
+        API,
+    )
+
+
+@pytest.mark.parametrize(
+    ("api", "repository", "trusted"),
+    [
+        ("https://api.github.com/repos/org/claims", "git@github.com:org/claims.git", True),
+        ("https://ghe.example/api/v3/repos/org/claims", "https://ghe.example/org/claims", True),
+        ("https://gitlab.example/api/v4/projects/15", "ssh://git@gitlab.example/g/p.git", True),
+        ("http://127.0.0.1:3000/api/v1/repos/o/r", "http://127.0.0.1:3000/o/r.git", True),
+        ("https://evil.example/repos/org/claims", "https://github.com/org/claims", False),
+        ("https://api.github.com.evil.example/x", "https://github.com/org/claims", False),
+        ("file:///api/v1", "https://github.com/org/claims", False),
+        ("https://api.github.com/repos/o/r", "file:///srv/claims.git", False),
+    ],
+)
+def test_the_payloads_api_must_be_on_the_repositorys_host(
+    api: str, repository: str, trusted: bool
+) -> None:
+    assert api_trusted(api, repository) is trusted
+
+
+def test_a_pull_request_is_queued_for_the_registrations_that_may_post_its_plan(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = "https://github.com/org/claims.git"
+    registrations = {
+        "a": binding(spec("a", url)),
+        "b": binding(spec("b", "git@github.com:org/claims.git", path="other")),
+        "develop": binding(spec("develop", url, branch="develop")),
+        "no-token": binding(spec("no-token", url), token=None),
+        "elsewhere": binding(spec("elsewhere", "https://github.com/org/other.git")),
+    }
+    reviewer = Reviewer(lambda: registrations, tmp_path)
+    with caplog.at_level("INFO", logger="reconciler.review"):
+        assert reviewer.submit(event("c" * 40)) == 2
+    assert sorted(reviewer._pending) == [("a", 7), ("b", 7)]
+    assert len(reviewer.queue) == 2
+    assert "no forgeToken" in caplog.text
+    moved = PullRequestEvent(**{**event("d" * 40).__dict__, "api_url": "https://evil.example/x"})
+    assert reviewer.submit(moved) == 0
+    assert reviewer._pending[("a", 7)].head_sha == "c" * 40  # the untrusted one replaced nothing
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def instance(plan: str, extra: str = "") -> str:
+    return f"""apiVersion: anynines.com/v1
+kind: PostgresqlInstance
+metadata:
+  name: orders
+  namespace: team
+spec:
+  service: a9s-postgresql14
+  plan: {plan}
+{extra}"""
+
+
+class Remote:
+    """A bare repository as a forge keeps it: branches, and each pull request's head ref."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.bare = tmp_path / "claims.git"
+        self.work = tmp_path / "person"
+        git(tmp_path, "init", "-q", "--bare", "-b", "main", str(self.bare))
+        git(tmp_path, "init", "-q", "-b", "main", str(self.work))
+        git(self.work, "config", "user.name", "Person")
+        git(self.work, "config", "user.email", "person@example.com")
+        git(self.work, "remote", "add", "origin", str(self.bare))
+
+    def commit(self, branch: str, files: dict[str, str], pull: int | None = None) -> str:
+        """Commit on ``branch`` (made from the current commit when new) and push it."""
+        known = subprocess.run(["git", "rev-parse", "--verify", "-q", branch], cwd=self.work)
+        git(self.work, "checkout", "-q", *([branch] if known.returncode == 0 else ["-b", branch]))
+        for name, text in files.items():
+            (self.work / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.work / name).write_text(text)
+        git(self.work, "add", "-A")
+        git(self.work, "commit", "-q", "-m", f"change {branch}")
+        git(self.work, "push", "-q", "-f", "origin", f"HEAD:refs/heads/{branch}")
+        if pull is not None:
+            git(self.work, "push", "-q", "-f", "origin", f"HEAD:refs/pull/{pull}/head")
+        return git(self.work, "rev-parse", "HEAD")
+
+
+class Forge:
+    """GitHub's comments and statuses in memory."""
+
+    def __init__(self) -> None:
+        self.comments: list[dict] = []
+        self.statuses: list[tuple[str, dict]] = []
+        self.down = False
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        assert request.headers["Authorization"] == f"Bearer {TOKEN}"
+        if self.down:
+            return httpx.Response(502, text="bad gateway")
+        path = request.url.path.removeprefix("/repos/org/claims")
+        body = json.loads(request.content) if request.content else {}
+        if request.method == "GET" and path == "/issues/7/comments":
+            return httpx.Response(200, json=self.comments)
+        if request.method == "POST" and path == "/issues/7/comments":
+            comment = {"id": len(self.comments) + 1, "body": body["body"], "html_url": "u"}
+            self.comments.append(comment)
+            return httpx.Response(201, json=comment)
+        if request.method == "PATCH" and path.startswith("/issues/comments/"):
+            comment = self.comments[int(path.rsplit("/", 1)[1]) - 1]
+            comment["body"] = body["body"]
+            return httpx.Response(200, json=comment)
+        if request.method == "POST" and path.startswith("/statuses/"):
+            self.statuses.append((path.removeprefix("/statuses/"), body))
+            return httpx.Response(201, json=body)
+        return httpx.Response(404, json={"message": "Not Found"})
+
+
+def reviewer_for(registration: Binding, forge: Forge, tmp_path: Path) -> Reviewer:
+    transport = httpx.MockTransport(forge.handle)
+    return Reviewer(lambda: {"team-a": registration}, tmp_path / "work", transport=transport)
+
+
+def test_a_review_posts_one_comment_and_a_status_per_head(tmp_path: Path) -> None:
+    remote = Remote(tmp_path)
+    remote.commit("main", {"claims/orders.yaml": instance("postgresql-single-small")})
+    broken = remote.commit(
+        "downgrade", {"claims/orders.yaml": instance("postgresql-single-nano", "  sizze: 1\n")}, 7
+    )
+    forge = Forge()
+    registration = binding(spec("team-a", f"file://{remote.bare}"))
+    reviewer = reviewer_for(registration, forge, tmp_path)
+
+    reviewer.review(registration, event(broken))
+    (comment,) = forge.comments
+    assert comment["body"].startswith(marker("team-a") + "\n## klutch-gitops plan: ❌ 1 failure")
+    assert "unknown field spec.sizze" in comment["body"]
+    assert "`downgrade`" in comment["body"]
+    assert [(sha, s["state"], s["context"]) for sha, s in forge.statuses] == [
+        (broken, "pending", context("team-a")),
+        (broken, "failure", context("team-a")),
+    ]
+    assert forge.statuses[-1][1]["description"].startswith("1 failure: PostgresqlInstance")
+    assert forge.statuses[-1][1]["target_url"] == "u"
+
+    fixed = remote.commit(
+        "downgrade", {"claims/orders.yaml": instance("postgresql-single-nano")}, 7
+    )
+    reviewer.review(registration, event(fixed))
+    (comment,) = forge.comments  # edited, not added
+    assert "✅ clean" in comment["body"]
+    assert forge.statuses[-1] == (
+        fixed,
+        {
+            "state": "success",
+            "context": context("team-a"),
+            "description": "clean: 1 to change",
+            "target_url": "u",
+        },
+    )
+    checkout = tmp_path / "work" / "team-a" / "review" / "claims" / "orders.yaml"
+    assert "postgresql-single-small" in checkout.read_text()  # the work tree stays on the base
+
+
+def test_a_merge_conflict_is_posted_with_its_fix(tmp_path: Path) -> None:
+    remote = Remote(tmp_path)
+    remote.commit("main", {"claims/orders.yaml": instance("postgresql-single-small")})
+    head = remote.commit("feature", {"claims/orders.yaml": instance("postgresql-single-big")}, 7)
+    remote.commit("main", {"claims/orders.yaml": instance("postgresql-single-nano")})
+    forge = Forge()
+    registration = binding(spec("team-a", f"file://{remote.bare}"))
+    reviewer = reviewer_for(registration, forge, tmp_path)
+    reviewer.review(registration, event(head))
+    (comment,) = forge.comments
+    assert "⚠️ no plan" in comment["body"]
+    assert "conflicts in: claims/orders.yaml" in comment["body"]
+    assert "**Fix:** rebase the branch" in comment["body"]
+    assert forge.statuses[-1][1]["state"] == State.ERROR.value
+    assert forge.statuses[-1][1]["description"].startswith("no plan: merging")
+
+
+def test_a_forge_failure_keeps_the_request_for_a_retry_unless_a_newer_one_came(
+    tmp_path: Path,
+) -> None:
+    remote = Remote(tmp_path)
+    remote.commit("main", {"claims/orders.yaml": instance("postgresql-single-small")})
+    head = remote.commit("feature", {"claims/orders.yaml": instance("postgresql-single-big")}, 7)
+    forge = Forge()
+    forge.down = True
+    registration = binding(spec("team-a", f"file://{remote.bare}"))
+    reviewer = reviewer_for(registration, forge, tmp_path)
+    reviewer._pending[("team-a", 7)] = event(head)
+    with pytest.raises(KlutchError, match="502"):
+        reviewer.handle(("team-a", 7))
+    assert reviewer._pending[("team-a", 7)] == event(head)
+    forge.down = False
+    reviewer.handle(("team-a", 7))
+    assert ("team-a", 7) not in reviewer._pending
+    assert forge.statuses[-1][1]["state"] == "success"
+
+
+def test_error_comments_quote_every_line_of_the_message() -> None:
+    body = error_comment("r", event("a" * 40), "b" * 40, KlutchError("one\ntwo", "do this"))
+    assert "> one\n> two" in body
+    assert body.startswith(marker("r") + "\n")
+    assert "(bbbbbbbbbbbb)" in body
