@@ -27,6 +27,7 @@ WRITE_BACK_MODES = ("inline", "files", "branch")
 # Who applies a repository's claims to the App Cluster: the reconciler, or Argo CD / Flux.
 APP_SYNC_MODES = ("reconciler", "external")
 TOKEN_REQUEST_MINIMUM = 600.0  # seconds: the shortest token the TokenRequest API issues
+LEASE_NAME = "klutch-gitops-reconciler"
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,18 @@ class TokenRenewal:
 
 
 @dataclass(frozen=True)
+class LeaderElection:
+    """One active reconciler among replicas, elected through a coordination.k8s.io Lease."""
+
+    enabled: bool = False
+    namespace: str = ""  # of the Lease on the Control Plane; required when enabled
+    name: str = LEASE_NAME
+    lease_duration: float = 15.0  # how long a standby waits after the leader's last renewal
+    renew_deadline: float = 10.0  # the leader steps down when it could not renew for this long
+    retry_period: float = 2.0  # between attempts to acquire or renew
+
+
+@dataclass(frozen=True)
 class Config:
     control_plane_kubeconfig: Path
     repositories: tuple[RepositorySpec, ...] = ()
@@ -114,6 +127,7 @@ class Config:
     work_dir: Path = Path.home() / ".cache" / "klutch-gitops" / "repos"
     bot: Bot = field(default_factory=Bot)
     binder_tokens: TokenRenewal = field(default_factory=TokenRenewal)
+    leader_election: LeaderElection = field(default_factory=LeaderElection)
 
 
 class FieldReader:
@@ -233,6 +247,50 @@ class FieldReader:
                 "set e.g. renewBefore: 8h for a 24h lifetime, or leave it out for a third",
             )
         return TokenRenewal(lifetime=lifetime, renew_before=renew_before)
+
+    def leader_election(self, data: Any, where: str) -> LeaderElection:
+        """``leaderElection``; the durations must leave the leader time to step down before a
+        standby may take over: leaseDuration > renewDeadline > retryPeriod."""
+        data = self.mapping(
+            data,
+            where,
+            {"enabled", "namespace", "name", "leaseDuration", "renewDeadline", "retryPeriod"},
+        )
+        enabled = data.get("enabled", False)
+        if not isinstance(enabled, bool):
+            self.problem(
+                f"{where}.enabled", f"must be true or false, got {enabled!r}", "set enabled: true"
+            )
+            enabled = False
+        fix = "use lowercase letters, digits and '-', at most 63"
+        namespace = self.string(
+            data, "namespace", where, required=enabled, pattern=NAME_PATTERN, fix=fix
+        )
+        name = self.string(data, "name", where, default=LEASE_NAME, pattern=NAME_PATTERN, fix=fix)
+        defaults = LeaderElection()
+        lease_duration, renew_deadline, retry_period = (
+            default if value is None else value
+            for value, default in (
+                (self.duration(data, "leaseDuration", where), defaults.lease_duration),
+                (self.duration(data, "renewDeadline", where), defaults.renew_deadline),
+                (self.duration(data, "retryPeriod", where), defaults.retry_period),
+            )
+        )
+        if not lease_duration > renew_deadline > retry_period > 0:
+            self.problem(
+                where,
+                "needs leaseDuration > renewDeadline > retryPeriod, else two reconcilers could "
+                "lead at once",
+                "keep the defaults 15s, 10s and 2s, or scale them together",
+            )
+        return LeaderElection(
+            enabled=enabled,
+            namespace=namespace or "",
+            name=name or LEASE_NAME,
+            lease_duration=lease_duration,
+            renew_deadline=renew_deadline,
+            retry_period=retry_period,
+        )
 
     def path(self, value: str) -> Path:
         path = Path(value).expanduser()
@@ -453,6 +511,7 @@ def parse_config(text: str, origin: str, base: Path) -> Config:
             "workDir",
             "bot",
             "binderTokens",
+            "leaderElection",
         },
     )
     control_plane = reader.own_kubeconfig(data.get("controlPlane"), "the reconciler")
@@ -497,6 +556,7 @@ def parse_config(text: str, origin: str, base: Path) -> Config:
     bot = reader.mapping(data.get("bot"), "bot", {"name", "email"})
     work_dir = reader.string(data, "workDir", "")
     binder_tokens = reader.token_renewal(data.get("binderTokens"), "binderTokens")
+    leader_election = reader.leader_election(data.get("leaderElection"), "leaderElection")
     reader.check()
     assert control_plane is not None  # no problems means it was read
     return Config(
@@ -510,6 +570,7 @@ def parse_config(text: str, origin: str, base: Path) -> Config:
         work_dir=reader.path(work_dir) if work_dir else Config.work_dir,
         bot=Bot(**{k: v for k, v in bot.items() if isinstance(v, str)}),
         binder_tokens=binder_tokens,
+        leader_election=leader_election,
     )
 
 

@@ -273,6 +273,11 @@ class Kube:
     def create(self, resource: Resource, obj: Mapping[str, Any]) -> dict:
         return self._call("POST", resource.path(obj["metadata"].get("namespace")), body=dict(obj))
 
+    def replace(self, resource: Resource, obj: Mapping[str, Any]) -> dict:
+        """An update (PUT): with ``metadata.resourceVersion`` set, a concurrent change is a 409."""
+        meta = obj["metadata"]
+        return self._call("PUT", resource.path(meta.get("namespace"), meta["name"]), body=dict(obj))
+
     def watch(
         self,
         resource: Resource,

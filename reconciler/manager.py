@@ -4,14 +4,19 @@ token renewal, HTTP.
 Registrations come from the config file and from RepositoryBindings on the Control Plane. Every
 trigger — a webhook, a changed ``ls-remote``, a file-system event on a ``file://`` remote, an
 informer event — only enqueues work; workers run it, serialised per repository.
+
+With ``leaderElection`` on, replicas share a Lease: only the leader runs any of that, while the
+HTTP server runs on every replica and a standby's /readyz answers 503. A leader that loses the
+Lease exits non-zero at once (client-go's default), and Kubernetes restarts it as a standby.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bind_api.namespaces import NamespaceController
@@ -24,6 +29,7 @@ from klutch_gitops.kube import Kube, KubeError, api_client
 from klutch_gitops.urls import normalize_repo_url
 from reconciler import metrics
 from reconciler.binding import REPOSITORY_BINDINGS, Binding, Resolver
+from reconciler.leader import LeaderElector, default_identity
 from reconciler.platform import PlatformSync
 from reconciler.repository import Key, RepositorySync
 from reconciler.review import Reviewer
@@ -37,11 +43,20 @@ log = logging.getLogger(__name__)
 
 PLATFORM = "platform"
 STOP_GRACE_SECONDS = 30.0
+STANDBY = "standby: not the leader"
 
 
 class Reconciler:
-    def __init__(self, config: Config) -> None:
+    def __init__(
+        self,
+        config: Config,
+        identity: str | None = None,
+        exit_process: Callable[[int], object] = os._exit,
+    ) -> None:
+        """``identity``: this replica's in the leader election (default: Pod or host, and pid);
+        ``exit_process`` ends the process when the leadership is lost."""
         self.config = config
+        self.exit_process = exit_process
         self.admin = Kube(api_client(config.control_plane_kubeconfig))
         self.resolver = Resolver(self.admin, config.work_dir / ".secrets")
         self.queue: WorkQueue[Key] = WorkQueue()
@@ -63,40 +78,89 @@ class Reconciler:
         self.reviewer = Reviewer(self._bindings, config.work_dir)
         self.server = None
         self.workers: list[threading.Thread] = []
+        self.work_lock = threading.Lock()
+        self.working = False
+        self.stopped = False
+        election = config.leader_election
+        self.elector = (
+            LeaderElector(
+                self.admin,
+                election,
+                identity or default_identity(),
+                self._lead,
+                self._lost_leadership,
+            )
+            if election.enabled
+            else None
+        )
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self, serve_http: bool = True) -> Reconciler:
-        install_crds(self.admin.api, load_crds(cluster="control-plane"))
-        self.namespaces.start()
-        if self.config.platform is not None:
-            self.platform = PlatformSync(
-                self.config.platform,
-                self.admin,
-                self.config.work_dir / PLATFORM,
-                self.resolver.credentials(self.config.platform.credentials, "platform", ""),
-            )
-            self._watch_source(PLATFORM, self.config.platform.url, self.config.platform.branch)
-            self.queue.add(("platform", PLATFORM))
-        for spec in self.config.repositories:
-            self.specs[spec.name] = spec
-            self.queue.add(("register", spec.name))
-        self.bindings.start()
-        self.tokens.start()
-        self.workers = run_workers(self.queue, self.handle, self.config.workers, "reconcile")
-        self.reviewer.start()
-        self.poller.start()
-        self.watcher.start()
+        """Serve HTTP, and reconcile now or, with leader election, once this replica leads."""
         if serve_http:
             self.server = serve(
                 create_app(self.waiting, self.secret_for, self.on_push, self.reviewer.submit),
                 self.config.listen,
             )
+        if self.elector is not None:
+            self.elector.start()
+        else:
+            self._start_work()
         return self
 
+    def _start_work(self) -> None:
+        with self.work_lock:
+            if self.stopped:
+                return
+            install_crds(self.admin.api, load_crds(cluster="control-plane"))
+            self.working = True  # from here on, stop() has something to stop
+            self.namespaces.start()
+            if self.config.platform is not None:
+                self.platform = PlatformSync(
+                    self.config.platform,
+                    self.admin,
+                    self.config.work_dir / PLATFORM,
+                    self.resolver.credentials(self.config.platform.credentials, "platform", ""),
+                )
+                self._watch_source(PLATFORM, self.config.platform.url, self.config.platform.branch)
+                self.queue.add(("platform", PLATFORM))
+            for spec in self.config.repositories:
+                self.specs[spec.name] = spec
+                self.queue.add(("register", spec.name))
+            self.bindings.start()
+            self.tokens.start()
+            self.workers = run_workers(self.queue, self.handle, self.config.workers, "reconcile")
+            self.reviewer.start()
+            self.poller.start()
+            self.watcher.start()
+
+    def _lead(self) -> None:
+        try:
+            self._start_work()
+        except Exception:
+            log.exception("could not start reconciling as the leader")
+            self._lost_leadership()
+
+    def _lost_leadership(self) -> None:
+        """Another replica may lead already, so exit at once without a graceful stop, as
+        client-go does; Kubernetes restarts the container, which comes back as a standby."""
+        log.error("exiting: this reconciler is no longer the leader")
+        self.exit_process(1)
+
     def stop(self) -> None:
+        """Stop the work, then release the Lease so a standby takes over at once."""
         if self.server is not None:
             self.server.should_exit = True
+        with self.work_lock:
+            self.stopped = True
+            if self.working:
+                self._stop_work()
+                self.working = False
+        if self.elector is not None:
+            self.elector.stop()
+
+    def _stop_work(self) -> None:
         self.poller.stop()
         self.watcher.stop()
         self.bindings.stop()
@@ -111,6 +175,8 @@ class Reconciler:
 
     def waiting(self) -> list[str]:
         """What keeps the reconciler from being ready (empty when ready)."""
+        if self.elector is not None and not self.elector.leading.is_set():
+            return [STANDBY]
         waiting = [f"repository {name}: {error}" for name, error in self.errors.items()]
         for name, spec in self.specs.items():
             sync = self.syncs.get(name)

@@ -112,9 +112,9 @@ def test_probes_use_healthz_and_readyz(rendered: tuple[str, list[dict]]) -> None
 
 
 def test_rbac_names_every_verb_and_resource(rendered: tuple[str, list[dict]]) -> None:
-    _, docs = rendered
+    name, docs = rendered
     roles = objects(docs, "ClusterRole") + objects(docs, "Role")
-    assert len(roles) == 2
+    assert len(roles) == (3 if name == "replicas" else 2)  # + the Lease's Role
     for role in roles:
         for rule in role["rules"]:
             for key in ("apiGroups", "resources", "verbs"):
@@ -122,7 +122,7 @@ def test_rbac_names_every_verb_and_resource(rendered: tuple[str, list[dict]]) ->
                 assert not any("*" in item for item in rule[key]), (role["metadata"], rule)
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
             assert "nonResourceURLs" not in rule
-    bindings = objects(docs, "ClusterRoleBinding")
+    bindings = objects(docs, "ClusterRoleBinding") + objects(docs, "RoleBinding")
     service_accounts = {sa["metadata"]["name"] for sa in objects(docs, "ServiceAccount")}
     for binding in bindings:
         [subject] = binding["subjects"]
@@ -297,16 +297,77 @@ def test_service_monitors_and_network_policies() -> None:
         assert {(53, "UDP"), (53, "TCP"), (443, "TCP")} <= egress_ports
 
 
-def test_bind_apis_scale_out_and_the_reconciler_stays_single() -> None:
+def test_bind_apis_and_leader_electing_reconcilers_scale_out() -> None:
     docs = render([VALUE_SETS["replicas"]])
     bind_api = one(docs, "Deployment", "bind-api")
     assert bind_api["spec"]["replicas"] == 2
     volumes = {v["name"]: v for v in bind_api["spec"]["template"]["spec"]["volumes"]}
     assert volumes["browser"]["secret"]["secretName"] == "bind-api-browser"  # shared key
     reconciler = one(docs, "Deployment", "reconciler")
+    assert reconciler["spec"]["replicas"] == 2
+    # Standbys are never Ready: a rollout must not wait for them before replacing old Pods.
+    assert reconciler["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "100%"},
+    }
+    [container] = reconciler["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    # Webhooks reach only the leader, the one Ready Pod.
+    assert one(docs, "Service", "reconciler")["spec"]["publishNotReadyAddresses"] is False
+    config = parse_config(
+        config_files(docs, "reconciler")["reconciler.yaml"], "reconciler.yaml", CONFIG_DIR
+    )
+    election = config.leader_election
+    assert election.enabled
+    assert election.namespace == "klutch"
+    [role] = objects(docs, "Role")
+    assert role["metadata"]["namespace"] == "klutch"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "update"],
+            "resourceNames": [election.name],
+        },
+    ]
+    [binding] = objects(docs, "RoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    [subject] = binding["subjects"]
+    assert subject["name"] == reconciler["spec"]["template"]["spec"]["serviceAccountName"]
+
+
+def test_a_single_reconciler_is_never_two() -> None:
+    docs = render([VALUE_SETS["default"]])
+    reconciler = one(docs, "Deployment", "reconciler")
     assert reconciler["spec"]["replicas"] == 1
-    assert reconciler["spec"]["strategy"] == {"type": "Recreate"}  # never two, not even briefly
+    assert reconciler["spec"]["strategy"] == {"type": "Recreate"}  # not even briefly
     assert one(docs, "Service", "reconciler")["spec"]["publishNotReadyAddresses"] is True
+    assert not objects(docs, "Role")
+    assert (
+        parse_config(
+            config_files(docs, "reconciler")["reconciler.yaml"], "reconciler.yaml", CONFIG_DIR
+        ).leader_election.enabled
+        is False
+    )
+    # The template refuses more replicas without a Lease even when the schema is skipped.
+    result = helm(
+        "template",
+        "klutch",
+        str(CHART),
+        "--values",
+        str(VALUE_SETS["default"]),
+        "--set",
+        "reconciler.replicas=2",
+        "--skip-schema-validation",
+    )
+    assert result.returncode != 0
+    assert "needs reconciler.config.leaderElection.enabled: true" in result.stderr
 
 
 def test_a_config_change_rolls_the_pods() -> None:
@@ -332,7 +393,15 @@ def test_components_can_be_left_out() -> None:
 @pytest.mark.parametrize(
     ("settings", "where"),
     [
-        (["reconciler.replicas=2"], "/reconciler/replicas"),
+        (["reconciler.replicas=2"], "/reconciler/config"),
+        (
+            ["reconciler.replicas=2", "reconciler.config.leaderElection.enabled=false"],
+            "/reconciler/config/leaderElection/enabled",
+        ),
+        (
+            ["reconciler.config.leaderElection.namespace=elsewhere"],
+            "/reconciler/config/leaderElection/namespace",
+        ),
         (["reconciler.config.listen=0.0.0.0:9090"], "/reconciler/config/listen"),
         (["reconciler.config.workers=0"], "/reconciler/config/workers"),
         (["reconciler.config.pollInterval=soon"], "/reconciler/config/pollInterval"),

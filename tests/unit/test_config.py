@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.config import SecretRef, from_repository_binding, parse_config
+from klutch_gitops.config import (
+    LeaderElection,
+    SecretRef,
+    from_repository_binding,
+    parse_config,
+)
 from klutch_gitops.errors import KlutchError
 
 GOOD = """
@@ -117,6 +122,7 @@ def test_the_documented_example_config_is_valid() -> None:
     config = parse_config(example.read_text(), str(example), example.parent)
     assert [r.name for r in config.repositories] == ["team-a"]
     assert config.platform is not None
+    assert config.leader_election == LeaderElection(namespace="klutch-system")
 
 
 def test_app_sync_is_read_and_checked(tmp_path: Path) -> None:
@@ -162,3 +168,28 @@ def test_forge_token_is_a_checked_reference(tmp_path: Path) -> None:
     assert from_repository_binding(binding).forge_token == SecretRef(
         namespace="cluster-abc", name="forge", key="token"
     )
+
+
+def test_leader_election_is_off_by_default_and_checked(tmp_path: Path) -> None:
+    assert parse_config(GOOD, "c.yaml", tmp_path).leader_election == LeaderElection()
+    on = GOOD + "leaderElection: {enabled: true, namespace: klutch, retryPeriod: 500ms}\n"
+    assert parse_config(on, "c.yaml", tmp_path).leader_election == LeaderElection(
+        enabled=True, namespace="klutch", retry_period=0.5
+    )
+    bad = GOOD + (
+        "leaderElection:\n"
+        "  enabled: yes please\n"
+        "  name: Not_A_Name\n"
+        "  leaseDuration: 10s\n"
+        "  renewDeadline: 10s\n"
+        "  renewInterval: 2s\n"
+    )
+    with pytest.raises(KlutchError) as raised:
+        parse_config(bad, "c.yaml", tmp_path)
+    message = raised.value.message
+    assert "leaderElection.enabled: must be true or false" in message
+    assert "leaderElection.name: 'Not_A_Name' is not valid" in message
+    assert "leaderElection: needs leaseDuration > renewDeadline > retryPeriod" in message
+    assert "leaderElection.renewInterval: unknown field" in message
+    with pytest.raises(KlutchError, match=r"leaderElection.namespace: is required"):
+        parse_config(GOOD + "leaderElection: {enabled: true}\n", "c.yaml", tmp_path)

@@ -76,3 +76,15 @@ seccompProfile:
 
 {{/* Where the services read their files. */}}
 {{- define "klutch-gitops.kubeconfigPath" -}}/etc/klutch-gitops/kubeconfig/kubeconfig{{- end -}}
+
+{{/* Whether the reconciler replicas elect a leader through a Lease (reconciler.config.leaderElection). */}}
+{{- define "klutch-gitops.leaderElection" -}}
+{{- $election := .Values.reconciler.config.leaderElection | default dict -}}
+{{- if $election.enabled }}true{{ end -}}
+{{- end -}}
+
+{{/* The reconciler's Lease: leaderElection.name, or one per release. */}}
+{{- define "klutch-gitops.leaseName" -}}
+{{- $election := .Values.reconciler.config.leaderElection | default dict -}}
+{{- $election.name | default (include "klutch-gitops.componentName" (dict "root" . "component" "reconciler")) -}}
+{{- end -}}
