@@ -9,6 +9,7 @@ place, so a pull request carries one plan per registration however often it is p
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -50,7 +51,7 @@ class ForgeError(KlutchError):
     """The forge refused a request or could not be reached."""
 
 
-class Forge:
+class Forge(ABC):
     """One forge's REST API for one repository (``api_url``), used with one token."""
 
     name: ClassVar[str]
@@ -64,22 +65,22 @@ class Forge:
 
     # -- requests (pure) ----------------------------------------------------------------------
 
-    def headers(self) -> dict[str, str]:
-        raise NotImplementedError
+    @abstractmethod
+    def headers(self) -> dict[str, str]: ...
 
-    def list_comments(self, number: int) -> Request:
-        raise NotImplementedError
+    @abstractmethod
+    def list_comments(self, number: int) -> Request: ...
 
-    def create_comment(self, number: int, body: str) -> Request:
-        raise NotImplementedError
+    @abstractmethod
+    def create_comment(self, number: int, body: str) -> Request: ...
 
-    def update_comment(self, number: int, comment_id: int, body: str) -> Request:
-        raise NotImplementedError
+    @abstractmethod
+    def update_comment(self, number: int, comment_id: int, body: str) -> Request: ...
 
+    @abstractmethod
     def set_status(
         self, sha: str, state: State, context: str, description: str, target_url: str | None
-    ) -> Request:
-        raise NotImplementedError
+    ) -> Request: ...
 
     def comment(self, data: dict[str, Any]) -> Comment:
         return Comment(int(data["id"]), str(data.get("body") or ""), data.get("html_url"))

@@ -23,6 +23,9 @@ XRDS = Resource(
     "apiextensions.crossplane.io", "v1", "compositeresourcedefinitions", namespaced=False
 )
 COMPOSITIONS = Resource("apiextensions.crossplane.io", "v1", "compositions", namespaced=False)
+GROUP = "anynines.com"
+LOCAL_KINDS = ("postgresqlinstances", "servicebindings", "backups", "restores")
+TRANSITION = "Transition from bigger to smaller plan size is not supported."
 
 
 def conditions(obj: dict[str, Any] | None) -> dict[str, str]:
@@ -70,3 +73,26 @@ def catalog_offered(
         )
         if stand_ins:
             install_crds(clusters["control-plane"], stand_ins)
+
+
+@contextmanager
+def local_claim_crds(clusters: dict[str, client.ApiClient]) -> Iterator[list[dict[str, Any]]]:
+    """The catalog offered with the local backend; the claim CRDs Crossplane made for the kinds
+    the local backend serves (what a tenant binds)."""
+    with catalog_offered(clusters, backends=("local",)) as admin:
+        yield [admin.get(CRDS, None, f"{plural}.{GROUP}") for plural in LOCAL_KINDS]
+
+
+def local_instance(name: str, namespace: str, plan: str, metadata: str = "") -> str:
+    """A PostgresqlInstance on the local backend; ``metadata`` adds indented metadata lines."""
+    return f"""apiVersion: {GROUP}/v1
+kind: PostgresqlInstance
+metadata:
+  name: {name}
+  namespace: {namespace}
+{metadata}spec:
+  service: a9s-postgresql14
+  plan: {plan}
+  compositionRef:
+    name: local-postgresql
+"""

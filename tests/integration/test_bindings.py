@@ -20,6 +20,7 @@ from bind_api.bindings import (
     FAILED,
     SUCCEEDED,
     BindingRequest,
+    BindingResult,
     Repository,
     bind,
     unbind,
@@ -196,14 +197,10 @@ def bare_repo(tmp_path: Path, files: dict[str, str]) -> Path:
     return remote
 
 
-def test_the_reconciler_follows_a_binding_until_unbound(
-    admin: Kube,
-    offered: str,
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-) -> None:
-    app = Kube(clusters["app"])
+def bind_repository(
+    admin: Kube, offered: str, stack: StackInfo, app: Kube, tmp_path: Path
+) -> tuple[str, BindingResult]:
+    """A new App namespace, a repository with one claim for it, and a binding that registers it."""
     team = f"team-{uuid.uuid4().hex[:6]}"
     app.create(NAMESPACES, {"metadata": {"name": team}})
     remote = bare_repo(tmp_path, {"claims/orders.yaml": claim("orders", team)})
@@ -215,6 +212,18 @@ def test_the_reconciler_follows_a_binding_until_unbound(
         ),
         template_namespace=offered,
     )
+    return team, result
+
+
+def test_the_reconciler_follows_a_binding_until_unbound(
+    admin: Kube,
+    offered: str,
+    stack: StackInfo,
+    clusters: dict[str, client.ApiClient],
+    tmp_path: Path,
+) -> None:
+    app = Kube(clusters["app"])
+    team, result = bind_repository(admin, offered, stack, app, tmp_path)
     consumer = result.consumer_namespace
     config = Config(
         control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),

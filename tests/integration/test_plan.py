@@ -15,35 +15,18 @@ import pytest
 import yaml
 from kubernetes import client
 
-from klutch_gitops.kube import CRDS, Kube, api_client
+from klutch_gitops.kube import Kube, api_client
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler import objects
 from reconciler.plan import Action, Outcome
 from reconciler.plan_io import Target, run_plan
 
-from .catalogstack import catalog_offered
+from .catalogstack import GROUP, TRANSITION, local_claim_crds, local_instance
 from .gitops import POSTGRES, Tenant, eventually, git, make_tenant
 
 pytestmark = pytest.mark.crossplane
 
-GROUP = "anynines.com"
-KINDS = ("postgresqlinstances", "servicebindings", "backups", "restores")
-TRANSITION = "Transition from bigger to smaller plan size is not supported."
 PROTECTED = f'  annotations:\n    {objects.DELETION_PROTECTION}: "true"\n'
-
-
-def instance(name: str, namespace: str, plan: str, metadata: str = "") -> str:
-    return f"""apiVersion: {GROUP}/v1
-kind: PostgresqlInstance
-metadata:
-  name: {name}
-  namespace: {namespace}
-{metadata}spec:
-  service: a9s-postgresql14
-  plan: {plan}
-  compositionRef:
-    name: local-postgresql
-"""
 
 
 def service_binding(name: str, namespace: str, instance_ref: str) -> str:
@@ -62,8 +45,8 @@ spec:
 
 @pytest.fixture(scope="module")
 def catalog(clusters: dict[str, client.ApiClient]) -> Iterator[list[dict]]:
-    with catalog_offered(clusters, backends=("local",)) as admin:
-        yield [admin.get(CRDS, None, f"{plural}.{GROUP}") for plural in KINDS]
+    with local_claim_crds(clusters) as crds:
+        yield crds
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +72,10 @@ def base(tenant: Tenant) -> str:
     ns = tenant.namespace
     sha = tenant.push(
         {
-            "claims/orders.yaml": instance("orders", ns, "postgresql-single-small"),
-            "claims/archive.yaml": instance("archive", ns, "postgresql-single-nano", PROTECTED),
+            "claims/orders.yaml": local_instance("orders", ns, "postgresql-single-small"),
+            "claims/archive.yaml": local_instance(
+                "archive", ns, "postgresql-single-nano", PROTECTED
+            ),
         },
         "orders and archive databases",
     )
@@ -158,7 +143,11 @@ def test_a_plan_downgrade_is_refused_by_the_control_plane_before_merge(
         tenant,
         "downgrade",
         base,
-        {"claims/orders.yaml": instance("orders", tenant.namespace, "postgresql-single-nano")},
+        {
+            "claims/orders.yaml": local_instance(
+                "orders", tenant.namespace, "postgresql-single-nano"
+            )
+        },
     )
     result = plan_cli(
         "--repo",
@@ -196,7 +185,7 @@ def test_a_binding_and_a_label_make_a_clean_plan(
         "binding",
         base,
         {
-            "claims/orders.yaml": instance(
+            "claims/orders.yaml": local_instance(
                 "orders", ns, "postgresql-single-small", "  labels:\n    tier: gold\n"
             ),
             "claims/orders-app.yaml": service_binding("orders-app", ns, "orders"),
@@ -257,7 +246,9 @@ def test_deleting_an_instance_is_listed_first_as_destructive(tenant: Tenant, bas
         base,
         {
             "claims/orders.yaml": None,
-            "claims/archive.yaml": instance("archive", ns, "postgresql-single-small", PROTECTED),
+            "claims/archive.yaml": local_instance(
+                "archive", ns, "postgresql-single-small", PROTECTED
+            ),
             "claims/archive-app.yaml": service_binding("archive-app", ns, "archive"),
         },
     )

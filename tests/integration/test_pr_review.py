@@ -13,33 +13,14 @@ import pytest
 from kubernetes import client
 
 from klutch_gitops.config import GitCredentialsRef, SecretRef
-from klutch_gitops.kube import CRDS
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler.review import context, marker
 
-from .catalogstack import catalog_offered
+from .catalogstack import TRANSITION, local_claim_crds, local_instance
 from .gitea import Gitea, running_gitea
 from .gitops import POSTGRES, WEBHOOK_SECRET, Origin, Tenant, eventually, git, make_tenant
 
 pytestmark = pytest.mark.crossplane
-
-GROUP = "anynines.com"
-KINDS = ("postgresqlinstances", "servicebindings", "backups", "restores")
-TRANSITION = "Transition from bigger to smaller plan size is not supported."
-
-
-def instance(name: str, namespace: str, plan: str, metadata: str = "") -> str:
-    return f"""apiVersion: {GROUP}/v1
-kind: PostgresqlInstance
-metadata:
-  name: {name}
-  namespace: {namespace}
-{metadata}spec:
-  service: a9s-postgresql14
-  plan: {plan}
-  compositionRef:
-    name: local-postgresql
-"""
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +31,8 @@ def gitea(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gitea]:
 
 @pytest.fixture(scope="module")
 def catalog(clusters: dict[str, client.ApiClient]) -> Iterator[list[dict]]:
-    with catalog_offered(clusters, backends=("local",)) as admin:
-        yield [admin.get(CRDS, None, f"{plural}.{GROUP}") for plural in KINDS]
+    with local_claim_crds(clusters) as crds:
+        yield crds
 
 
 @pytest.fixture(scope="module")
@@ -110,14 +91,16 @@ def test_a_pull_request_gets_one_plan_comment_and_a_status_per_head(
     tenant: Tenant, gitea: Gitea
 ) -> None:
     ns, repo, name = tenant.namespace, repo_of(tenant), tenant.config.repositories[0].name
-    tenant.push({"claims/orders.yaml": instance("orders", ns, "postgresql-single-small")}, "db")
+    tenant.push(
+        {"claims/orders.yaml": local_instance("orders", ns, "postgresql-single-small")}, "db"
+    )
     eventually(
         lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "orders"),
         "orders on the Control Plane",
         timeout=60,
     )
 
-    nano = instance("orders", ns, "postgresql-single-nano")
+    nano = local_instance("orders", ns, "postgresql-single-nano")
     downgrade = push_branch(tenant, "downgrade", {"claims/orders.yaml": nano})
     number = gitea.open_pull(repo, "downgrade", "main", "A smaller database")["number"]
 
@@ -141,7 +124,7 @@ def test_a_pull_request_gets_one_plan_comment_and_a_status_per_head(
         tenant,
         "downgrade",
         {
-            "claims/orders.yaml": instance(
+            "claims/orders.yaml": local_instance(
                 "orders", ns, "postgresql-single-small", "  labels:\n    tier: gold\n"
             )
         },

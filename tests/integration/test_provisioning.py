@@ -14,10 +14,10 @@ import psycopg
 import pytest
 from kubernetes import client
 
-from klutch_gitops.kube import CRDS, SECRETS, Kube, Resource
+from klutch_gitops.kube import SECRETS, Kube, Resource
 from klutch_gitops.localstack.stack import StackInfo
 
-from .catalogstack import catalog_offered, conditions
+from .catalogstack import conditions, local_claim_crds
 from .gitops import Tenant, eventually, make_tenant
 
 pytestmark = pytest.mark.crossplane
@@ -39,9 +39,8 @@ def claims(kind: str) -> Resource:
 
 @pytest.fixture(scope="module")
 def catalog(clusters: dict[str, client.ApiClient]) -> Iterator[list[dict]]:
-    """The catalog offered by Crossplane with the local backend; the claim CRDs it made."""
-    with catalog_offered(clusters, backends=("local",)) as admin:
-        yield [admin.get(CRDS, None, f"{plural}.{GROUP}") for plural in KINDS.values()]
+    with local_claim_crds(clusters) as crds:
+        yield crds
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from bind_api.bindings import BINDER_SECRET, Repository, bind, secret, unbind
+from bind_api.bindings import BINDER_SECRET, bind, secret, unbind
 from bind_api.consumer import (
     BINDER_KUBECONFIG_LABEL,
     FIELD_MANAGER,
@@ -31,7 +31,7 @@ from reconciler.manager import Reconciler
 from reconciler.tokens import INVALID_REASON, TokenRenewer, TokenTimes, token_times
 
 from .gitops import POSTGRES, claim, eventually, git
-from .test_bindings import POSTGRES_API, bare_repo, request
+from .test_bindings import POSTGRES_API, bind_repository, request
 from .test_reconciler_modes import TEMPLATES
 
 # The shortest token the TokenRequest API issues is due at once with this threshold; a renewed
@@ -119,17 +119,7 @@ def test_the_reconciler_renews_a_binding_token_and_the_binding_switches_to_it(
     tmp_path: Path,
 ) -> None:
     app = Kube(clusters["app"])
-    team = f"team-{uuid.uuid4().hex[:6]}"
-    app.create(NAMESPACES, {"metadata": {"name": team}})
-    remote = bare_repo(tmp_path, {"claims/orders.yaml": claim("orders", team)})
-    result = bind(
-        admin,
-        request(
-            repository=Repository(url=f"file://{remote}", app_namespaces=(team,), path="claims"),
-            app_kubeconfig=Path(stack.clusters["app"].kubeconfig).read_text(),
-        ),
-        template_namespace=offered,
-    )
+    team, result = bind_repository(admin, offered, stack, app, tmp_path)
     consumer = result.consumer_namespace
     labels = admin.get(SECRETS, consumer, BINDER_SECRET)["metadata"]["labels"]
     assert labels[BINDER_KUBECONFIG_LABEL] == "true"
