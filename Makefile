@@ -11,7 +11,7 @@ SETUP  := $(VENV)/.setup-done
 DEBIAN_PACKAGES := slapd postgresql
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debian-packages bins run down status test unit integration bench lint format clean
+.PHONY: setup debian-packages bins run down status test unit integration chaos bench lint format clean
 
 $(SETUP): pyproject.toml
 	@test -x /usr/sbin/slapd && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 \
@@ -48,6 +48,9 @@ unit: setup
 
 integration: bins
 	$(BIN)/pytest -m integration
+
+chaos: bins            ## the fault tier alone: components killed and restarted mid-work (tests/chaos)
+	$(BIN)/pytest -m chaos
 
 bench: bins            ## reconciler benchmarks on a dedicated local stack (bench/README.md)
 	$(BIN)/python -m bench.reconciler
