@@ -28,6 +28,7 @@ WRITE_BACK_MODES = ("inline", "files", "branch")
 APP_SYNC_MODES = ("reconciler", "external")
 TOKEN_REQUEST_MINIMUM = 600.0  # seconds: the shortest token the TokenRequest API issues
 LEASE_NAME = "klutch-gitops-reconciler"
+MAX_SHARDS = 256  # every replica renews its shard Leases each retry period
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,9 @@ class TokenRenewal:
 
 @dataclass(frozen=True)
 class LeaderElection:
-    """One active reconciler among replicas, elected through a coordination.k8s.io Lease."""
+    """One active reconciler among replicas, elected through a coordination.k8s.io Lease; with
+    ``shards`` above 0, every replica reconciles the repositories of the shards whose Leases it
+    holds (``reconciler/shards.py``) and the leader runs only the cluster-wide controllers."""
 
     enabled: bool = False
     namespace: str = ""  # of the Lease on the Control Plane; required when enabled
@@ -113,6 +116,7 @@ class LeaderElection:
     lease_duration: float = 15.0  # how long a standby waits after the leader's last renewal
     renew_deadline: float = 10.0  # the leader steps down when it could not renew for this long
     retry_period: float = 2.0  # between attempts to acquire or renew
+    shards: int = 0  # 0: the leader reconciles every repository
 
 
 @dataclass(frozen=True)
@@ -254,7 +258,15 @@ class FieldReader:
         data = self.mapping(
             data,
             where,
-            {"enabled", "namespace", "name", "leaseDuration", "renewDeadline", "retryPeriod"},
+            {
+                "enabled",
+                "namespace",
+                "name",
+                "leaseDuration",
+                "renewDeadline",
+                "retryPeriod",
+                "shards",
+            },
         )
         enabled = data.get("enabled", False)
         if not isinstance(enabled, bool):
@@ -283,6 +295,20 @@ class FieldReader:
                 "lead at once",
                 "keep the defaults 15s, 10s and 2s, or scale them together",
             )
+        shards = data.get("shards", 0)
+        if isinstance(shards, bool) or not isinstance(shards, int) or not 0 <= shards <= MAX_SHARDS:
+            self.problem(
+                f"{where}.shards",
+                f"{shards!r} is not a number from 0 to {MAX_SHARDS}",
+                "set shards: 16 to spread repositories over the replicas, or 0 for one leader",
+            )
+            shards = 0
+        elif shards and not enabled:
+            self.problem(
+                f"{where}.shards",
+                "shards need the Leases of leader election",
+                "set enabled: true (and the namespace of the Leases)",
+            )
         return LeaderElection(
             enabled=enabled,
             namespace=namespace or "",
@@ -290,6 +316,7 @@ class FieldReader:
             lease_duration=lease_duration,
             renew_deadline=renew_deadline,
             retry_period=retry_period,
+            shards=shards,
         )
 
     def path(self, value: str) -> Path:

@@ -8,6 +8,12 @@ informer event — only enqueues work; workers run it, serialised per repository
 With ``leaderElection`` on, replicas share a Lease: only the leader runs any of that, while the
 HTTP server runs on every replica and a standby's /readyz answers 503. A leader that loses the
 Lease exits non-zero at once (client-go's default), and Kubernetes restarts it as a standby.
+
+With ``leaderElection.shards`` too, every replica reconciles: a repository is worked on only by
+the replica holding its shard's Lease (``shards.py``), and the leader keeps the cluster-wide
+controllers (namespaces, the platform repository, binder token renewal). Every replica is Ready,
+answers webhooks and reads every registration: a push for another replica's shard stamps that
+shard's Lease, a pull request is planned where it arrives.
 """
 
 from __future__ import annotations
@@ -19,13 +25,14 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from bind_api.consumer import BINDER_KUBECONFIG_LABEL
 from bind_api.namespaces import NamespaceController
 from klutch_gitops import git
 from klutch_gitops.config import Config, RepositorySpec, from_repository_binding
 from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.informer import Informer
-from klutch_gitops.kube import Kube, KubeError, api_client
+from klutch_gitops.kube import SECRETS, Kube, KubeError, api_client
 from klutch_gitops.urls import normalize_repo_url
 from reconciler import metrics
 from reconciler.binding import REPOSITORY_BINDINGS, Binding, Resolver
@@ -34,9 +41,10 @@ from reconciler.platform import PlatformSync
 from reconciler.repository import Key, RepositorySync
 from reconciler.review import Reviewer
 from reconciler.server import create_app, serve
+from reconciler.shards import ShardCoordinator, shard_of
 from reconciler.sources import FileWatcher, Poller
 from reconciler.tokens import TokenRenewer
-from reconciler.webhooks import PushEvent
+from reconciler.webhooks import PullRequestEvent, PushEvent
 from reconciler.workqueue import WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
@@ -64,6 +72,7 @@ class Reconciler:
         self.syncs: dict[str, RepositorySync] = {}
         self.errors: dict[str, str] = {}
         self.reference_errors: dict[str, str] = {}  # a Secret or file that could not be used
+        self.visitors: dict[str, Binding] = {}  # other replicas' registrations, for webhooks
         self.repository_locks: dict[str, threading.Lock] = {}
         self.namespaces = NamespaceController(self.admin)
         self.platform: PlatformSync | None = None
@@ -74,22 +83,44 @@ class Reconciler:
         self.bindings = Informer(
             self.admin, REPOSITORY_BINDINGS, self._on_binding, name="repositorybindings"
         )
-        self.tokens = TokenRenewer(self.admin, config.binder_tokens, self._binder_renewed)
+        election = config.leader_election
+        identity = identity or default_identity()
+        self.shards = (
+            ShardCoordinator(
+                self.admin,
+                election,
+                identity,
+                self._shard_acquired,
+                self._shard_releasing,
+                self._shard_fetch,
+                self._lost_leadership,
+            )
+            if election.enabled and election.shards
+            else None
+        )
+        # The leader renews binder tokens; with shards, every replica restarts the registrations
+        # it holds when a binder Secret changes.
+        self.tokens = TokenRenewer(
+            self.admin,
+            config.binder_tokens,
+            self._binder_renewed if self.shards is None else lambda _namespace, _name: None,
+        )
+        self.binder_secrets = Informer(
+            self.admin,
+            SECRETS,
+            self._on_binder_secret,
+            label_selector=BINDER_KUBECONFIG_LABEL,
+            name="binder-secrets",
+        )
         self.reviewer = Reviewer(self._bindings, config.work_dir)
         self.server = None
         self.workers: list[threading.Thread] = []
         self.work_lock = threading.Lock()
-        self.working = False
+        self.leading = False  # runs the cluster-wide controllers
+        self.reconciling = False  # runs workers and registrations
         self.stopped = False
-        election = config.leader_election
         self.elector = (
-            LeaderElector(
-                self.admin,
-                election,
-                identity or default_identity(),
-                self._lead,
-                self._lost_leadership,
-            )
+            LeaderElector(self.admin, election, identity, self._lead, self._lost_leadership)
             if election.enabled
             else None
         )
@@ -97,43 +128,57 @@ class Reconciler:
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self, serve_http: bool = True) -> Reconciler:
-        """Serve HTTP, and reconcile now or, with leader election, once this replica leads."""
+        """Serve HTTP, and reconcile now or, with leader election, once this replica leads; with
+        shards, reconcile the repositories of the shards it holds from the start."""
         if serve_http:
             self.server = serve(
-                create_app(self.waiting, self.secret_for, self.on_push, self.reviewer.submit),
+                create_app(self.waiting, self.secret_for, self.on_push, self.on_pull_request),
                 self.config.listen,
             )
+        if self.shards is not None:
+            self._start_work(cluster_wide=False)
+            self.shards.start()
         if self.elector is not None:
             self.elector.start()
         else:
             self._start_work()
         return self
 
-    def _start_work(self) -> None:
+    def _start_work(self, cluster_wide: bool = True) -> None:
+        """The repositories' work unless it runs already, and the cluster-wide controllers."""
         with self.work_lock:
             if self.stopped:
                 return
             install_crds(self.admin.api, load_crds(cluster="control-plane"))
-            self.working = True  # from here on, stop() has something to stop
-            self.namespaces.start()
-            if self.config.platform is not None:
-                self.platform = PlatformSync(
-                    self.config.platform,
-                    self.admin,
-                    self.config.work_dir / PLATFORM,
-                    self.resolver.credentials(self.config.platform.credentials, "platform", ""),
+            if not self.reconciling:
+                self.reconciling = True  # from here on, stop() has something to stop
+                for spec in self.config.repositories:
+                    self.specs[spec.name] = spec
+                    self.queue.add(("register", spec.name))
+                self.bindings.start()
+                if self.shards is not None:
+                    self.binder_secrets.start()
+                self.workers = run_workers(
+                    self.queue, self.handle, self.config.workers, "reconcile"
                 )
-                self._watch_source(PLATFORM, self.config.platform.url, self.config.platform.branch)
-                self.queue.add(("platform", PLATFORM))
-            for spec in self.config.repositories:
-                self.specs[spec.name] = spec
-                self.queue.add(("register", spec.name))
-            self.bindings.start()
-            self.tokens.start()
-            self.workers = run_workers(self.queue, self.handle, self.config.workers, "reconcile")
-            self.reviewer.start()
-            self.poller.start()
-            self.watcher.start()
+                self.reviewer.start()
+                self.poller.start()
+                self.watcher.start()
+            if cluster_wide and not self.leading:
+                self.leading = True
+                self.namespaces.start()
+                self.tokens.start()
+                if self.config.platform is not None:
+                    self.platform = PlatformSync(
+                        self.config.platform,
+                        self.admin,
+                        self.config.work_dir / PLATFORM,
+                        self.resolver.credentials(self.config.platform.credentials, "platform", ""),
+                    )
+                    self._watch_source(
+                        PLATFORM, self.config.platform.url, self.config.platform.branch
+                    )
+                    self.queue.add(("platform", PLATFORM))
 
     def _lead(self) -> None:
         try:
@@ -143,44 +188,57 @@ class Reconciler:
             self._lost_leadership()
 
     def _lost_leadership(self) -> None:
-        """Another replica may lead already, so exit at once without a graceful stop, as
-        client-go does; Kubernetes restarts the container, which comes back as a standby."""
-        log.error("exiting: this reconciler is no longer the leader")
+        """Another replica may lead already, or hold our shards, so exit at once without a
+        graceful stop, as client-go does; Kubernetes restarts the container, which comes back
+        as a standby (or a replica holding no shard yet)."""
+        log.error("exiting: this reconciler lost its Lease")
         self.exit_process(1)
 
     def stop(self) -> None:
-        """Stop the work, then release the Lease so a standby takes over at once."""
+        """Stop the work, then release the Leases so other replicas take over at once."""
         if self.server is not None:
             self.server.should_exit = True
         with self.work_lock:
             self.stopped = True
-            if self.working:
-                self._stop_work()
-                self.working = False
+            self._stop_work()
+        if self.shards is not None:
+            self.shards.stop()
         if self.elector is not None:
             self.elector.stop()
 
     def _stop_work(self) -> None:
+        if self.leading:
+            self.namespaces.stop()
+            self.tokens.stop()
+            self.leading = False
+        if not self.reconciling:
+            return
         self.poller.stop()
         self.watcher.stop()
         self.bindings.stop()
-        self.tokens.stop()
-        self.namespaces.stop()
+        self.binder_secrets.stop()
         self.reviewer.stop()
         self.queue.shutdown()
         for worker in self.workers:  # let a pass or a push in flight finish
             worker.join(timeout=STOP_GRACE_SECONDS)
         for sync in self.syncs.values():
             sync.stop()
+        self.reconciling = False
 
     def waiting(self) -> list[str]:
         """What keeps the reconciler from being ready (empty when ready)."""
-        if self.elector is not None and not self.elector.leading.is_set():
+        if self.shards is None and self.elector is not None and not self.elector.leading.is_set():
             return [STANDBY]
-        waiting = [f"repository {name}: {error}" for name, error in self.errors.items()]
-        for name, spec in self.specs.items():
+        waiting = [
+            f"repository {name}: {error}"
+            for name, error in list(self.errors.items())
+            if self._owned(name)
+        ]
+        for name, spec in list(self.specs.items()):
             sync = self.syncs.get(name)
-            if name not in self.errors and not spec.suspend and (sync is None or sync.head is None):
+            if not self._owned(name) or name in self.errors or spec.suspend:
+                continue
+            if sync is None or sync.head is None:
                 waiting.append(f"repository {name}: not synced yet")
         if not self.bindings.synced.is_set():
             waiting.append("RepositoryBindings not listed yet")
@@ -220,12 +278,16 @@ class Reconciler:
             self._synced(name, repr(error))
             raise
 
+    def _owned(self, name: str) -> bool:
+        """Whether this replica works on registration ``name`` (always, without shards)."""
+        return self.shards is None or self.shards.owns(name)
+
     def _register(self, name: str) -> None:
         spec = self.specs.get(name)
         old = self.syncs.pop(name, None)
         if old is not None:
             old.stop()
-        if spec is None or spec.suspend:
+        if spec is None or spec.suspend or not self._owned(name):
             self.poller.unwatch(name)
             self.watcher.unwatch(name)
             self.errors.pop(name, None)
@@ -236,6 +298,7 @@ class Reconciler:
             self.reference_errors[name] = error.message
             raise
         self.reference_errors.pop(name, None)
+        self.visitors.pop(name, None)
         self.syncs[name] = RepositorySync(
             binding,
             self.config.work_dir,
@@ -334,6 +397,10 @@ class Reconciler:
             if ref.name == name and (ref.namespace or spec.consumer_namespace) == namespace:
                 self.queue.add(("register", spec.name))
 
+    def _on_binder_secret(self, event: str, obj: dict) -> None:
+        if event == "MODIFIED":
+            self._binder_renewed(obj["metadata"]["namespace"], obj["metadata"]["name"])
+
     def _ls_remote(self, url: str, branch: str) -> str | None:
         sync = next((s for s in self.syncs.values() if s.spec.url == url), None)
         return git.ls_remote(url, branch, sync.binding.credentials if sync else None)
@@ -346,24 +413,85 @@ class Reconciler:
             self.syncs[name].trigger_fetch()
 
     def on_push(self, event: PushEvent) -> int:
-        """A verified push: fetch every registration of that repository and branch."""
+        """A verified push: fetch every registration of that repository and branch, or stamp
+        the Lease of its shard for the replica that holds it."""
         triggered = 0
-        for sync in list(self.syncs.values()):
-            if normalize_repo_url(sync.spec.url) in event.urls and sync.spec.branch == event.branch:
+        for name, spec in list(self.specs.items()):
+            if normalize_repo_url(spec.url) not in event.urls or spec.branch != event.branch:
+                continue
+            sync = self.syncs.get(name)
+            if sync is not None:
                 sync.trigger_fetch()
-                triggered += 1
+            elif self.shards is not None and not self.shards.owns(name):
+                self.shards.request_fetch(shard_of(name, self.shards.shards))
+            else:
+                continue  # suspended, or not registered (an error is reported for it)
+            triggered += 1
         return triggered
 
+    def on_pull_request(self, event: PullRequestEvent) -> int:
+        self._visit(event.urls)
+        return self.reviewer.submit(event)
+
     def _bindings(self) -> dict[str, Binding]:
-        return {name: sync.binding for name, sync in list(self.syncs.items())}
+        return {
+            **self.visitors,
+            **{name: sync.binding for name, sync in list(self.syncs.items())},
+        }
 
     def secret_for(self, urls: frozenset[str]) -> Sequence[bytes]:
+        self._visit(urls)
         return [
             secret
-            for sync in self.syncs.values()
-            if normalize_repo_url(sync.spec.url) in urls
-            for secret in sync.binding.webhook_secrets
+            for binding in self._bindings().values()
+            if normalize_repo_url(binding.spec.url) in urls
+            for secret in binding.webhook_secrets
         ]
+
+    def _visit(self, urls: frozenset[str]) -> None:
+        """With shards, resolve the registrations of ``urls`` that another replica works on, so
+        this one can verify their webhooks and plan their pull requests."""
+        if self.shards is None:
+            return
+        for name, spec in list(self.specs.items()):
+            if name in self.syncs or normalize_repo_url(spec.url) not in urls or spec.suspend:
+                continue
+            visitor = self.visitors.get(name)
+            if visitor is not None and visitor.spec == spec:
+                continue
+            try:
+                self.visitors[name] = self.resolver.binding(spec)
+            except KlutchError as error:
+                log.info(
+                    "webhook for a registration that cannot be resolved",
+                    extra={"repository": name, "error": error.message},
+                )
+
+    # -- shards -----------------------------------------------------------------------------
+
+    def _shard_acquired(self, shard: int) -> None:
+        for name in list(self.specs):
+            if shard_of(name, self.config.leader_election.shards) == shard:
+                self.queue.add(("register", name))
+
+    def _shard_releasing(self, shard: int) -> None:
+        """Stop the shard's repositories, each after its pass or push in flight, so the next
+        holder never works beside us."""
+        for name in set(self.specs) | set(self.syncs):  # a registration may be in flight
+            if shard_of(name, self.config.leader_election.shards) != shard:
+                continue
+            with self.repository_locks.setdefault(name, threading.Lock()):
+                sync = self.syncs.pop(name, None)
+                if sync is not None:
+                    sync.stop()
+                self.poller.unwatch(name)
+                self.watcher.unwatch(name)
+                self.errors.pop(name, None)
+
+    def _shard_fetch(self, shard: int) -> None:
+        for name, sync in list(self.syncs.items()):
+            if shard_of(name, self.config.leader_election.shards) == shard:
+                sync.trigger_fetch()
 
     # -- one-shot ---------------------------------------------------------------------------
 

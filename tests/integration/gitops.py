@@ -132,11 +132,13 @@ def make_tenant(
     claim_crds: list[dict[str, Any]] | None = None,
     app_sync: str = "reconciler",
     origin: Origin | None = None,
+    start: bool = True,
 ) -> Tenant:
     """A bound consumer with a repository and a running reconciler; its exports are the
     stand-in claim CRDs, or ``claim_crds`` (e.g. the ones Crossplane made from the catalog).
     ``app_sync="external"``: a stand-in for Argo CD or Flux applies the claims (the test).
-    ``origin``: the repository lives on a Git server, not in a bare repository of its own."""
+    ``origin``: the repository lives on a Git server, not in a bare repository of its own.
+    ``start=False``: the reconciler is built, not started (the test runs its own replicas)."""
     admin = Kube(clusters["control-plane"])
     app = Kube(clusters["app"])
     install_crds(
@@ -190,7 +192,9 @@ def make_tenant(
         workers=2,
         work_dir=tmp_path / "work",
     )
-    reconciler = Reconciler(config).start()
+    reconciler = Reconciler(config)
+    if start:
+        reconciler.start()
     return Tenant(app, admin, consumer, namespace, remote, clone, reconciler, config)
 
 

@@ -154,8 +154,8 @@ def test_only_the_leading_reconciler_works_and_a_standby_is_not_ready(
             return (leading[0], "b" if leading[0] == "a" else "a") if len(leading) == 1 else None
 
         leader, standby = eventually(roles, "one leading reconciler", timeout=60)
-        eventually(lambda: reconcilers[leader].working, "the leader to start working", timeout=60)
-        assert not reconcilers[standby].working
+        eventually(lambda: reconcilers[leader].leading, "the leader to start working", timeout=60)
+        assert not reconcilers[standby].leading
         assert reconcilers[standby].waiting() == [STANDBY]
 
         def readyz(name: str) -> httpx.Response | None:
@@ -175,7 +175,7 @@ def test_only_the_leading_reconciler_works_and_a_standby_is_not_ready(
 
         reconcilers[leader].stop()  # releases the Lease: the standby takes over and works
         eventually(
-            lambda: reconcilers[standby].working and reconcilers[standby].waiting() == [],
+            lambda: reconcilers[standby].leading and reconcilers[standby].waiting() == [],
             "the standby to take over and be ready",
             timeout=60,
         )

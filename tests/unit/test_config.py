@@ -193,3 +193,16 @@ def test_leader_election_is_off_by_default_and_checked(tmp_path: Path) -> None:
     assert "leaderElection.renewInterval: unknown field" in message
     with pytest.raises(KlutchError, match=r"leaderElection.namespace: is required"):
         parse_config(GOOD + "leaderElection: {enabled: true}\n", "c.yaml", tmp_path)
+
+
+def test_shards_need_leader_election_and_a_sane_count(tmp_path: Path) -> None:
+    on = GOOD + "leaderElection: {enabled: true, namespace: klutch, shards: 16}\n"
+    assert parse_config(on, "c.yaml", tmp_path).leader_election.shards == 16
+    for value, error in [
+        ("{shards: 4}", "leaderElection.shards: shards need the Leases of leader election"),
+        ("{enabled: true, namespace: k, shards: 300}", "300 is not a number from 0 to 256"),
+        ("{enabled: true, namespace: k, shards: -1}", "-1 is not a number from 0 to 256"),
+        ("{enabled: true, namespace: k, shards: true}", "True is not a number from 0 to 256"),
+    ]:
+        with pytest.raises(KlutchError, match=error):
+            parse_config(GOOD + f"leaderElection: {value}\n", "c.yaml", tmp_path)
