@@ -14,7 +14,8 @@ replicas that briefly disagree about it delay a hand-over but never share a shar
 A hand-over is graceful when the owner changes while the old one lives (a replica joined or left
 cleanly): the old owner keeps renewing while it drains the shard's work, then releases the Lease,
 and the new owner takes it on its next round. A killed replica's shards move once their Leases
-expire: within one lease duration and a retry period.
+expire: within one lease duration and a retry period. A replica's first round only announces its
+member Lease, so replicas started together see each other before they take shards.
 
 A replica that receives a webhook for a shard it does not hold stamps the shard Lease with an
 annotation; the holder sees it on its next renewal and fetches that shard's repositories.
@@ -244,7 +245,7 @@ class ShardCoordinator:
             if action is Step.LOST:
                 return False
             try:
-                if action is Step.ACQUIRE:
+                if action is Step.ACQUIRE and self.rounds:  # the first round only announces
                     self._acquire(shard, lease, now)
                 elif action is Step.RELEASE and drained:
                     self._release(shard)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -21,6 +21,7 @@ from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler.leader import LEASES, LeaderElector, format_time
 from reconciler.manager import STANDBY, Reconciler
+from reconciler.shards import GROUP_LABEL, ROLE_LABEL, ShardCoordinator, member_lease
 from tests.helm import VALUE_SETS, render
 
 from .conftest import TwinNamespace
@@ -188,12 +189,15 @@ def test_only_the_leading_reconciler_works_and_a_standby_is_not_ready(
             reconciler.stop()
 
 
-def test_the_charts_role_is_all_an_elector_needs(
+def chart_identity(
     stack: StackInfo,
     clusters: dict[str, client.ApiClient],
     namespace: TwinNamespace,
     tmp_path: Path,
-) -> None:
+    values: str,
+) -> tuple[LeaderElection, Kube]:
+    """Apply the chart's RBAC for ``values`` and act as its reconciler ServiceAccount, with the
+    Lease settings of its config (durations shortened)."""
     local = tmp_path / "control-plane-values.yaml"
     local.write_text(
         yaml.safe_dump(
@@ -206,19 +210,20 @@ def test_the_charts_role_is_all_an_elector_needs(
         )
     )
     release = f"lease-{uuid.uuid4().hex[:6]}"
-    docs = render([VALUE_SETS["replicas"], local], namespace=namespace.name, release=release)
+    docs = render([VALUE_SETS[values], local], namespace=namespace.name, release=release)
     rbac = [doc for doc in docs if doc["kind"] in {"ServiceAccount", "Role", "RoleBinding"}]
     applied = kubectl(stack, rbac, "apply", "--server-side", "--field-manager=helm", "-f", "-")
     assert applied.returncode == 0, applied.stderr
     config_map = by_component(docs, "ConfigMap", "reconciler")
-    config = yaml.safe_load(config_map["data"]["reconciler.yaml"])
+    config = yaml.safe_load(config_map["data"]["reconciler.yaml"])["leaderElection"]
     election = LeaderElection(
         enabled=True,
-        namespace=config["leaderElection"]["namespace"],
-        name=config["leaderElection"]["name"],
+        namespace=config["namespace"],
+        name=config["name"],
         lease_duration=LEASE_DURATION,
         renew_deadline=RENEW_DEADLINE,
         retry_period=RETRY_PERIOD,
+        shards=config.get("shards", 0),
     )
     as_reconciler = identity(
         Kube(clusters["control-plane"]),
@@ -226,6 +231,16 @@ def test_the_charts_role_is_all_an_elector_needs(
         by_component(docs, "ServiceAccount", "reconciler"),
         tmp_path / "reconciler",
     )
+    return election, as_reconciler
+
+
+def test_the_charts_role_is_all_an_elector_needs(
+    stack: StackInfo,
+    clusters: dict[str, client.ApiClient],
+    namespace: TwinNamespace,
+    tmp_path: Path,
+) -> None:
+    election, as_reconciler = chart_identity(stack, clusters, namespace, tmp_path, "replicas")
     candidate = Candidate(as_reconciler, election, "pod-0")
     candidate.elector.start()
     try:
@@ -236,3 +251,58 @@ def test_the_charts_role_is_all_an_elector_needs(
     finally:
         candidate.elector.stop()
     assert not holder(Kube(clusters["control-plane"]), election)  # released
+
+
+def test_the_charts_role_is_all_a_sharded_replica_needs(
+    stack: StackInfo,
+    clusters: dict[str, client.ApiClient],
+    namespace: TwinNamespace,
+    tmp_path: Path,
+) -> None:
+    """Every Lease call of a replica: member and shard Leases created, listed, renewed, a shard
+    stamped, a stale member deleted, all released."""
+    election, as_reconciler = chart_identity(stack, clusters, namespace, tmp_path, "shards")
+    admin = Kube(clusters["control-plane"])
+    stale = datetime.now(UTC) - timedelta(hours=1)
+    admin.create(
+        LEASES,
+        {
+            "apiVersion": LEASES.api_version,
+            "kind": LEASES.kind,
+            "metadata": {
+                "namespace": election.namespace,
+                "name": member_lease(election.name, "gone_1"),
+                "labels": {GROUP_LABEL: election.name, ROLE_LABEL: "member"},
+            },
+            "spec": {
+                "holderIdentity": "gone_1",
+                "leaseDurationSeconds": 3,
+                "renewTime": format_time(stale),
+            },
+        },
+    )
+    failures: list[str] = []
+    replica = ShardCoordinator(
+        as_reconciler,
+        election,
+        "pod-0_1",
+        lambda _shard: None,
+        lambda _shard: None,
+        lambda _shard: None,
+        lambda: failures.append("lost"),
+    ).start()
+    try:
+        eventually(
+            lambda: replica.held() == list(range(election.shards)), "every shard", timeout=60
+        )
+        replica.request_fetch(0)
+        time.sleep(5 * RETRY_PERIOD)  # renewals after the stamp
+        assert replica.held() == list(range(election.shards))
+        assert admin.get(LEASES, election.namespace, member_lease(election.name, "gone_1")) is None
+    finally:
+        replica.stop()
+    assert failures == []
+    leases, _ = admin.list(LEASES, election.namespace, label_selector=f"{ROLE_LABEL}=shard")
+    assert len(leases) == election.shards
+    assert not any(lease["spec"].get("holderIdentity") for lease in leases)  # released
+    assert admin.get(LEASES, election.namespace, member_lease(election.name, "pod-0_1")) is None

@@ -42,8 +42,8 @@ def rendered(request: pytest.FixtureRequest) -> tuple[str, list[dict]]:
     return request.param, render([VALUE_SETS[request.param]])
 
 
-def test_the_value_sets_cover_defaults_tls_monitoring_and_replicas() -> None:
-    assert set(SETS) == {"default", "tls", "monitoring", "replicas"}
+def test_the_value_sets_cover_defaults_tls_monitoring_replicas_and_shards() -> None:
+    assert set(SETS) == {"default", "tls", "monitoring", "replicas", "shards"}
 
 
 @pytest.mark.parametrize("name", SETS)
@@ -114,7 +114,7 @@ def test_probes_use_healthz_and_readyz(rendered: tuple[str, list[dict]]) -> None
 def test_rbac_names_every_verb_and_resource(rendered: tuple[str, list[dict]]) -> None:
     name, docs = rendered
     roles = objects(docs, "ClusterRole") + objects(docs, "Role")
-    assert len(roles) == (3 if name == "replicas" else 2)  # + the Lease's Role
+    assert len(roles) == (3 if name in ("replicas", "shards") else 2)  # + the Leases' Role
     for role in roles:
         for rule in role["rules"]:
             for key in ("apiGroups", "resources", "verbs"):
@@ -340,6 +340,24 @@ def test_bind_apis_and_leader_electing_reconcilers_scale_out() -> None:
     }
     [subject] = binding["subjects"]
     assert subject["name"] == reconciler["spec"]["template"]["spec"]["serviceAccountName"]
+
+
+def test_sharded_reconcilers_are_all_ready_and_may_name_their_leases() -> None:
+    docs = render([VALUE_SETS["shards"]])
+    assert one(docs, "Deployment", "reconciler")["spec"]["replicas"] == 3
+    config = parse_config(
+        config_files(docs, "reconciler")["reconciler.yaml"], "reconciler.yaml", CONFIG_DIR
+    )
+    assert config.leader_election.shards == 16
+    [role] = objects(docs, "Role")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "create", "update", "patch", "delete"],
+        }
+    ]
+    assert one(docs, "Service", "reconciler")["spec"]["publishNotReadyAddresses"] is False
 
 
 def test_a_single_reconciler_is_never_two() -> None:

@@ -83,6 +83,12 @@ seccompProfile:
 {{- if $election.enabled }}true{{ end -}}
 {{- end -}}
 
+{{/* Whether the replicas also share the repositories through shard Leases (leaderElection.shards). */}}
+{{- define "klutch-gitops.shards" -}}
+{{- $election := .Values.reconciler.config.leaderElection | default dict -}}
+{{- if and $election.enabled $election.shards }}true{{ end -}}
+{{- end -}}
+
 {{/* The reconciler's Lease: leaderElection.name, or one per release. */}}
 {{- define "klutch-gitops.leaseName" -}}
 {{- $election := .Values.reconciler.config.leaderElection | default dict -}}
