@@ -33,6 +33,7 @@ PLANS = (
 )
 HUMAN = ("-c", "user.name=Bench Developer", "-c", "user.email=bench@example.com")
 PR_SET_PDEATHSIG = 1
+Progress = Callable[[str], None]
 
 
 class BenchFailure(Exception):
@@ -49,6 +50,7 @@ class Clusters:
     info: StackInfo
     app: Kube
     control_plane: Kube
+    pids: dict[str, int]  # the stack's processes by name, to read their CPU
 
     def kubeconfig(self, cluster: str) -> Path:
         return Path(self.info.clusters[cluster].kubeconfig)
@@ -65,6 +67,7 @@ def running_stack(state_dir: Path) -> Iterator[Clusters]:
             info,
             Kube(api_client(Path(info.clusters["app"].kubeconfig))),
             Kube(api_client(Path(info.clusters["control-plane"].kubeconfig))),
+            {p.name: p.popen.pid for p in stack.processes if p.popen is not None},
         )
         install_crds(clusters.control_plane.api, load_crds(cluster="control-plane") + CLAIM_CRDS)
         yield clusters
@@ -265,3 +268,30 @@ def vm_kib(pid: int, field: str) -> int | None:
     except OSError:
         return None
     return None
+
+
+def converge(
+    counters: dict[str, Callable[[], int]],
+    target: int,
+    timeout: float,
+    progress: Progress,
+    alive: Callable[[], str | None] = lambda: None,
+) -> dict[str, float]:
+    """Poll each counter until it reaches ``target``; when each first did (monotonic)."""
+    done: dict[str, float] = {}
+    deadline = time.monotonic() + timeout
+    seen = dict.fromkeys(counters, 0)
+    while len(done) < len(counters):
+        if time.monotonic() > deadline:
+            got = ", ".join(f"{name} {seen[name]}/{target}" for name in counters)
+            raise BenchFailure(f"claims did not converge within {timeout:.0f}s ({got})")
+        if problem := alive():
+            raise BenchFailure(problem)
+        for name, counter in counters.items():
+            if name not in done:
+                seen[name] = counter()
+                if seen[name] >= target:
+                    done[name] = time.monotonic()
+        progress(", ".join(f"{name} {seen[name]}/{target}" for name in counters))
+        time.sleep(0.2)
+    return done

@@ -4,8 +4,9 @@
    same files into one cluster;
 2. ``git push`` → Control Plane copy, vs the push itself and a one-file ``kubectl apply``;
 3. Control Plane status → App status and → status commit on main, vs one status write;
-4. peak RSS and convergence of a separate reconciler process over many repositories, vs an idle
-   Python process importing the same modules.
+4. many repositories on 1 and on 3 reconciler processes (``bench/fleet.py``): full sync, steady
+   CPU, peak RSS per replica, hand-over after a SIGKILL; 1 replica against kubectl, both
+   kube-apiservers, an idle Python process and the lease duration, 3 against 1.
 
 Run with ``make bench`` (or ``python -m bench.reconciler --quick``). Nothing here asserts a time;
 the exit code is 1 only when a measurement could not complete.
@@ -21,16 +22,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 
+from bench.fleet import measure_fleets
 from bench.harness import (
     HUMAN,
     PLANS,
@@ -42,8 +42,8 @@ from bench.harness import (
     claim_file,
     claim_name,
     claim_text,
+    converge,
     count,
-    die_with_parent,
     git,
     make_tenant,
     remote_file,
@@ -51,7 +51,6 @@ from bench.harness import (
     running_stack,
     seeded_remote,
     timed_push,
-    vm_kib,
     wait_until,
     write_claims,
 )
@@ -64,8 +63,7 @@ from klutch_gitops.localstack.processes import free_port
 from reconciler.manager import Reconciler
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
-STEPS = ("cold", "push", "status", "rss")
-IDLE_IMPORTS = "klutch_gitops.cli, klutch_gitops.logs, klutch_gitops.config, reconciler.manager"
+STEPS = ("cold", "push", "status", "fleet")
 DEFAULTS = Config(control_plane_kubeconfig=Path())  # the product's defaults, reported as used
 console = Console(stderr=True)
 Progress = Callable[[str], None]
@@ -78,6 +76,7 @@ class Sizes:
     status_changes: int
     repos: int
     claims_per_repo: int
+    replicas: tuple[int, ...]
 
 
 @dataclass
@@ -106,6 +105,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repos", type=int, help="repositories for the RSS run (100)")
     parser.add_argument("--claims-per-repo", type=int, help="claims per repository (100)")
     parser.add_argument(
+        "--replicas", help="replica counts for the fleet run, the first is the baseline (1,3)"
+    )
+    parser.add_argument(
         "--only", action="append", choices=STEPS, help="run only these (repeatable)"
     )
     parser.add_argument("--output", type=Path, default=RESULTS, help="JSON results file")
@@ -121,6 +123,7 @@ def sizes_of(args: argparse.Namespace) -> Sizes:
         status_changes=args.status_changes or (5 if small else 20),
         repos=args.repos or (10 if small else 100),
         claims_per_repo=args.claims_per_repo or (20 if small else 100),
+        replicas=tuple(int(n) for n in (args.replicas or "1,3").split(",")),
     )
 
 
@@ -137,33 +140,6 @@ def kubectl(kubeconfig: Path, cache: Path, *args: str) -> float:
     if result.returncode != 0:
         raise BenchFailure(f"kubectl {' '.join(args)} failed: {result.stderr.strip()[-500:]}")
     return took
-
-
-def converge(
-    counters: dict[str, Callable[[], int]],
-    target: int,
-    timeout: float,
-    progress: Progress,
-    alive: Callable[[], str | None] = lambda: None,
-) -> dict[str, float]:
-    """Poll each counter until it reaches ``target``; when each first did (monotonic)."""
-    done: dict[str, float] = {}
-    deadline = time.monotonic() + timeout
-    seen = dict.fromkeys(counters, 0)
-    while len(done) < len(counters):
-        if time.monotonic() > deadline:
-            got = ", ".join(f"{name} {seen[name]}/{target}" for name in counters)
-            raise BenchFailure(f"claims did not converge within {timeout:.0f}s ({got})")
-        if problem := alive():
-            raise BenchFailure(problem)
-        for name, counter in counters.items():
-            if name not in done:
-                seen[name] = counter()
-                if seen[name] >= target:
-                    done[name] = time.monotonic()
-        progress(", ".join(f"{name} {seen[name]}/{target}" for name in counters))
-        time.sleep(0.2)
-    return done
 
 
 def latency_figures(
@@ -400,162 +376,6 @@ def measure_status(
     ]
 
 
-# -- 4. peak RSS over many repositories ------------------------------------------------------
-
-
-def fleet_config(clusters: Clusters, work: Path, sizes: Sizes) -> tuple[Path, list[Path]]:
-    """Repositories, tenants and the reconciler's config file for the RSS run."""
-    run = uuid.uuid4().hex[:4]
-    repositories, remotes = [], []
-    for r in range(sizes.repos):
-        tenant = make_tenant(clusters, f"fleet-{run}-{r:03d}", f"app-{run}-{r:03d}", work)
-        remote = work / f"repo-{r:03d}.git"
-        seeded_remote(remote, work / f"clone-{r:03d}", tenant.namespace, sizes.claims_per_repo)
-        remotes.append(remote)
-        repositories.append(
-            {
-                "name": f"repo-{run}-{r:03d}",
-                "url": f"file://{remote}",
-                "path": "claims",
-                "consumerNamespace": tenant.consumer,
-                "appNamespaces": [tenant.namespace],
-                "appCluster": {"kubeconfig": str(clusters.kubeconfig("app"))},
-                "controlPlane": {"kubeconfig": str(tenant.binder)},
-            }
-        )
-    config = work / "reconciler.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "controlPlane": {"kubeconfig": str(clusters.kubeconfig("control-plane"))},
-                "listen": f"127.0.0.1:{free_port()}",
-                "workDir": str(work / "reconciler"),
-                "repositories": repositories,
-            },
-            sort_keys=False,
-        )
-    )
-    return config, remotes
-
-
-def idle_peak_kib() -> int:
-    """VmHWM of a Python process that imported what ``klutch-gitops run`` imports, then idles."""
-    code = f"import sys, {IDLE_IMPORTS}; print('ready', flush=True); sys.stdin.read()"
-    with subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    ) as idle:
-        assert idle.stdout is not None
-        assert idle.stdin is not None
-        if idle.stdout.readline().strip() != "ready":
-            raise BenchFailure("the idle Python process could not import the reconciler")
-        time.sleep(0.5)
-        kib = vm_kib(idle.pid, "VmHWM")
-        idle.stdin.close()
-    if kib is None:
-        raise BenchFailure("could not read the idle process's VmHWM")
-    return kib
-
-
-class Sampler(threading.Thread):
-    """Reads a process's VmHWM every 0.2 s, so the peak survives the process."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(name="rss-sampler", daemon=True)
-        self.pid, self.peak_kib, self.stopped = pid, 0, threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.wait(0.2):
-            self.peak_kib = max(self.peak_kib, vm_kib(self.pid, "VmHWM") or 0)
-
-
-def measure_rss(
-    clusters: Clusters,
-    work: Path,
-    sizes: Sizes,
-    kubectl_per_claim: float | None,
-    progress: Progress,
-) -> list[Figure]:
-    total = sizes.repos * sizes.claims_per_repo
-    progress(f"binding {sizes.repos} consumers and seeding {sizes.repos} repositories")
-    work.mkdir(parents=True)
-    config, remotes = fleet_config(clusters, work, sizes)
-    seeded = [remote_head(r) for r in remotes]
-    before = {
-        "App": count(clusters.app, POSTGRES),
-        "Control Plane": count(clusters.control_plane, POSTGRES),
-    }
-    idle = idle_peak_kib()
-    log = work / "reconciler.log"
-    command = [str(Path(sys.executable).parent / "klutch-gitops"), "run", "--config", str(config)]
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
-        )
-    sampler = Sampler(process.pid)
-    sampler.start()
-    started = time.monotonic()
-
-    def alive() -> str | None:
-        if process.poll() is None:
-            return None
-        tail = log.read_text(errors="replace")[-1500:]
-        return f"the reconciler exited with {process.returncode}:\n{tail}"
-
-    try:
-        done = converge(
-            {
-                name: lambda name=name, kube=kube: count(kube, POSTGRES) - before[name]
-                for name, kube in (("App", clusters.app), ("Control Plane", clusters.control_plane))
-            },
-            total,
-            timeout=300 + 0.2 * total,
-            progress=lambda text: progress(
-                f"{sizes.repos} repos x {sizes.claims_per_repo}: {text}"
-            ),
-            alive=alive,
-        )
-        progress(f"waiting for a status commit in each of {sizes.repos} repositories")
-        reported = wait_until(
-            lambda: (
-                alive() is None
-                and all(remote_head(r) != s for r, s in zip(remotes, seeded, strict=True))
-            ),
-            "a status commit in every repository",
-            timeout=300,
-            interval=1.0,
-        )
-        sampler.peak_kib = max(sampler.peak_kib, vm_kib(process.pid, "VmHWM") or 0)
-        end_kib = vm_kib(process.pid, "VmRSS") or 0
-    finally:
-        sampler.stopped.set()
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    converged = max(done.values()) - started
-    scope = f"{sizes.repos} repos x {sizes.claims_per_repo} claims"
-    return [
-        Figure(
-            f"peak RSS, {scope}",
-            "MiB",
-            sampler.peak_kib / 1024,
-            f"idle python importing {IDLE_IMPORTS.split(', ')[-1]}",
-            idle / 1024,
-            note=f"RSS {end_kib / 1024:.0f} MiB when every repository had a status commit",
-        ),
-        Figure(
-            f"converge, {scope} → App + CP",
-            "s",
-            converged,
-            "kubectl rate of (1), scaled to the same count" if kubectl_per_claim else "",
-            kubectl_per_claim * total if kubectl_per_claim else None,
-            note=f"process start → every repo had a status commit: {reported - started:.1f} s",
-        ),
-    ]
-
-
 # -- the run ---------------------------------------------------------------------------------
 
 
@@ -602,10 +422,18 @@ def run_steps(
         if team is not None and team.reconciler is not None:
             team.reconciler.stop()  # the RSS run gets the machine to itself
             team.reconciler = None
-        if "rss" in steps:
+        if "fleet" in steps:
             attempt(
-                "peak RSS",
-                lambda p: measure_rss(clusters, work / "fleet", sizes, kubectl_per_claim, p),
+                "fleet",
+                lambda p: measure_fleets(
+                    clusters,
+                    work,
+                    sizes.repos,
+                    sizes.claims_per_repo,
+                    list(sizes.replicas),
+                    kubectl_per_claim,
+                    p,
+                ),
             )
     finally:
         if team is not None and team.reconciler is not None:
@@ -638,8 +466,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]the local stack did not start:[/red] {error} ({error.fix})")
         return 1
     same_sizes = args.output.with_name(
-        "last-{claims}c-{pushes}p-{status_changes}s-{repos}x{claims_per_repo}.json".format(
-            **asdict(sizes)
+        "last-{claims}c-{pushes}p-{status_changes}s-{repos}x{claims_per_repo}-{r}.json".format(
+            **asdict(sizes), r="-".join(map(str, sizes.replicas))
         )
     )
     previous = load_previous(same_sizes, asdict(sizes))

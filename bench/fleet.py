@@ -1,0 +1,418 @@
+"""4. Many repositories on 1 and on N reconciler replicas, each replica a process of its own.
+
+For each replica count, a fresh fleet (R bound consumers, R repositories of C claims) is synced
+from cold by ``klutch-gitops run`` processes: with one replica the product's defaults, with more
+``leaderElection`` with shards. Then, with nothing changing, the replicas' CPU is read over a
+window; then one replica is SIGKILLed right before a push to one of its repositories and the time
+until that change reaches the Control Plane is the hand-over (one replica: restarted at once, as
+Kubernetes would).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from bench.harness import (
+    HUMAN,
+    PLANS,
+    POSTGRES,
+    BenchFailure,
+    Clusters,
+    Expect,
+    Tenant,
+    claim_file,
+    claim_name,
+    claim_text,
+    converge,
+    count,
+    die_with_parent,
+    git,
+    make_tenant,
+    remote_head,
+    seeded_remote,
+    vm_kib,
+    wait_until,
+)
+from bench.report import Figure
+from klutch_gitops.config import LEASE_NAME
+from klutch_gitops.kube import NAMESPACES
+from klutch_gitops.localstack.processes import free_port
+from reconciler.leader import LEASES
+from reconciler.shards import shard_lease, shard_of
+
+IDLE_IMPORTS = "klutch_gitops.cli, klutch_gitops.logs, klutch_gitops.config, reconciler.manager"
+SHARDS = 16
+LEASE_DURATION = 15.0  # the product's default
+SETTLE_SECONDS = 10.0  # after the last status commit, before the CPU window
+CPU_WINDOW_SECONDS = 30.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Fleet:
+    tenants: list[Tenant]
+    names: list[str]  # registration names
+    remotes: list[Path]
+    repositories: list[dict]  # config entries
+
+
+@dataclass
+class Replica:
+    """One ``klutch-gitops run`` process, its peak RSS sampled every 0.2 s."""
+
+    name: str
+    config: Path
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+    peak_kib: int = 0
+    _stopped: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> Replica:
+        command = [str(Path(sys.executable).parent / "klutch-gitops"), "run"]
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [*command, "--config", str(self.config)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "POD_NAME": self.name},
+                preexec_fn=die_with_parent,
+            )
+        self._stopped.clear()
+        threading.Thread(target=self._sample, name=f"rss-{self.name}", daemon=True).start()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    @property
+    def identity(self) -> str:
+        """Its identity in the Leases (``POD_NAME`` and pid, as ``default_identity``)."""
+        return f"{self.name}_{self.pid}"
+
+    def _sample(self) -> None:
+        while not self._stopped.wait(0.2):
+            self.peak_kib = max(self.peak_kib, vm_kib(self.pid, "VmHWM") or 0)
+
+    def died(self) -> str | None:
+        if self.process is None or self.process.poll() is None:
+            return None
+        tail = self.log.read_text(errors="replace")[-1500:]
+        return f"replica {self.name} exited with {self.process.returncode}:\n{tail}"
+
+    def kill(self) -> None:
+        self._stopped.set()
+        if self.process is not None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system time of a process and its waited-for children (``git`` included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(value) for value in fields[11:15]) / CLOCK_TICKS
+
+
+def cpu_percent(pids: list[int], seconds: float) -> float:
+    """The CPU the processes used over a window, as a percentage of one core."""
+    before = sum(cpu_seconds(pid) for pid in pids)
+    started = time.monotonic()
+    time.sleep(seconds)
+    used = sum(cpu_seconds(pid) for pid in pids) - before
+    return 100 * used / (time.monotonic() - started)
+
+
+def idle_peak_kib() -> int:
+    """VmHWM of a Python process that imported what ``klutch-gitops run`` imports, then idles."""
+    code = f"import sys, {IDLE_IMPORTS}; print('ready', flush=True); sys.stdin.read()"
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as idle:
+        assert idle.stdout is not None
+        assert idle.stdin is not None
+        if idle.stdout.readline().strip() != "ready":
+            raise BenchFailure("the idle Python process could not import the reconciler")
+        time.sleep(0.5)
+        kib = vm_kib(idle.pid, "VmHWM")
+        idle.stdin.close()
+    if kib is None:
+        raise BenchFailure("could not read the idle process's VmHWM")
+    return kib
+
+
+def prepare_fleet(clusters: Clusters, work: Path, repos: int, claims: int) -> Fleet:
+    run = uuid.uuid4().hex[:4]
+    fleet = Fleet([], [], [], [])
+    for r in range(repos):
+        tenant = make_tenant(clusters, f"fleet-{run}-{r:03d}", f"app-{run}-{r:03d}", work)
+        remote = work / f"repo-{r:03d}.git"
+        seeded_remote(remote, work / f"clone-{r:03d}", tenant.namespace, claims)
+        name = f"repo-{run}-{r:03d}"
+        fleet.tenants.append(tenant)
+        fleet.names.append(name)
+        fleet.remotes.append(remote)
+        fleet.repositories.append(
+            {
+                "name": name,
+                "url": f"file://{remote}",
+                "path": "claims",
+                "consumerNamespace": tenant.consumer,
+                "appNamespaces": [tenant.namespace],
+                "appCluster": {"kubeconfig": str(clusters.kubeconfig("app"))},
+                "controlPlane": {"kubeconfig": str(tenant.binder)},
+            }
+        )
+    return fleet
+
+
+def replicas_for(clusters: Clusters, fleet: Fleet, work: Path, count: int) -> list[Replica]:
+    """Config files: one replica with the defaults, several with sharded leader election."""
+    election = None
+    if count > 1:
+        namespace = f"bench-leases-{uuid.uuid4().hex[:4]}"
+        clusters.control_plane.apply(
+            NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        )
+        election = {"enabled": True, "namespace": namespace, "shards": SHARDS}
+    replicas = []
+    for index in range(count):
+        config = work / f"replica-{index}.yaml"
+        document = {
+            "controlPlane": {"kubeconfig": str(clusters.kubeconfig("control-plane"))},
+            "listen": f"127.0.0.1:{free_port()}",
+            "workDir": str(work / f"replica-{index}"),
+            "repositories": fleet.repositories,
+        }
+        if election:
+            document["leaderElection"] = election
+        config.write_text(yaml.safe_dump(document, sort_keys=False))
+        replicas.append(Replica(f"bench-{index}", config, work / f"replica-{index}.log"))
+    return replicas
+
+
+def holder_of(clusters: Clusters, replica: Replica, name: str) -> str | None:
+    """Who holds registration ``name``'s shard, from the replica's config."""
+    election = yaml.safe_load(replica.config.read_text()).get("leaderElection")
+    lease = clusters.control_plane.get(
+        LEASES,
+        election["namespace"],
+        shard_lease(LEASE_NAME, shard_of(name, SHARDS)),
+    )
+    return ((lease or {}).get("spec") or {}).get("holderIdentity")
+
+
+@dataclass
+class FleetRun:
+    replicas: int
+    converge: float
+    reported: float
+    cpu_percent: float
+    apiserver_cpu_percent: float
+    peak_kib: list[int]
+    handover: float
+
+
+def run_fleet(
+    clusters: Clusters,
+    work: Path,
+    repos: int,
+    claims: int,
+    replica_count: int,
+    apiservers: list[int],
+    progress: Progress,
+) -> FleetRun:
+    label = f"{replica_count} replica{'s' if replica_count > 1 else ''}"
+    total = repos * claims
+    progress(f"{label}: binding {repos} consumers and seeding {repos} repositories")
+    work.mkdir(parents=True)
+    fleet = prepare_fleet(clusters, work, repos, claims)
+    seeded = [remote_head(r) for r in fleet.remotes]
+    before = {
+        "App": count(clusters.app, POSTGRES),
+        "Control Plane": count(clusters.control_plane, POSTGRES),
+    }
+    replicas = replicas_for(clusters, fleet, work, replica_count)
+    started = time.monotonic()
+    for replica in replicas:
+        replica.start()
+
+    def died() -> str | None:
+        return next((problem for r in replicas if (problem := r.died())), None)
+
+    try:
+        done = converge(
+            {
+                name: lambda name=name, kube=kube: count(kube, POSTGRES) - before[name]
+                for name, kube in (("App", clusters.app), ("Control Plane", clusters.control_plane))
+            },
+            total,
+            timeout=300 + 0.2 * total,
+            progress=lambda text: progress(f"{label}, {repos} x {claims}: {text}"),
+            alive=died,
+        )
+        progress(f"{label}: waiting for a status commit in each of {repos} repositories")
+        reported = wait_until(
+            lambda: (
+                died() is None
+                and all(remote_head(r) != s for r, s in zip(fleet.remotes, seeded, strict=True))
+            ),
+            "a status commit in every repository",
+            timeout=300,
+            interval=1.0,
+        )
+        progress(f"{label}: steady state, CPU over {CPU_WINDOW_SECONDS:.0f} s")
+        time.sleep(SETTLE_SECONDS)
+        pids = [r.pid for r in replicas]
+        window: dict[str, float] = {}
+        watcher = threading.Thread(
+            target=lambda: window.update(api=cpu_percent(apiservers, CPU_WINDOW_SECONDS))
+        )
+        watcher.start()
+        ours = cpu_percent(pids, CPU_WINDOW_SECONDS)
+        watcher.join()
+        if problem := died():
+            raise BenchFailure(problem)
+        for replica in replicas:
+            replica.peak_kib = max(replica.peak_kib, vm_kib(replica.pid, "VmHWM") or 0)
+        peaks = [r.peak_kib for r in replicas]
+        progress(f"{label}: killing a replica before a push to one of its repositories")
+        handover = measure_handover(clusters, fleet, replicas, work)
+    finally:
+        for replica in replicas:
+            replica.stop()
+    return FleetRun(
+        replica_count,
+        max(done.values()) - started,
+        reported - started,
+        ours,
+        window["api"],
+        peaks,
+        handover,
+    )
+
+
+def measure_handover(
+    clusters: Clusters, fleet: Fleet, replicas: list[Replica], work: Path
+) -> float:
+    """SIGKILL a replica, push to one of its repositories at once, and time the change's
+    arrival on the Control Plane: another replica's (or, alone, the restarted one's) work."""
+    victim, index = replicas[0], 0
+    if len(replicas) > 1:  # the replica holding the most repositories, and one of them
+        holders = [holder_of(clusters, replicas[0], name) for name in fleet.names]
+        victim = max(replicas, key=lambda r: holders.count(r.identity))
+        if victim.identity not in holders:
+            raise BenchFailure("no replica holds a repository's shard")
+        index = holders.index(victim.identity)
+    tenant, remote = fleet.tenants[index], fleet.remotes[index]
+    clone = work / "handover-clone"
+    git(work, "clone", "-q", str(remote), str(clone))
+    (clone / claim_file(0)).write_text(claim_text(claim_name(0), tenant.namespace, PLANS[3]))
+    git(clone, "add", "-A")
+    git(clone, *HUMAN, "commit", "-q", "-m", "a change during the hand-over")
+    expect = Expect(clusters.control_plane, POSTGRES, tenant.mapped, "handover").start()
+    try:
+        expect.arm(
+            lambda obj: obj["metadata"]["name"] == claim_name(0) and obj["spec"]["plan"] == PLANS[3]
+        )
+        victim.kill()
+        killed = time.monotonic()
+        if git(clone, "push", "-q", "origin", "HEAD:main", check=False).returncode:
+            raise BenchFailure("the hand-over push was rejected")
+        if len(replicas) == 1:
+            victim.start()
+        seen = expect.wait("the change after the hand-over", timeout=300)
+    finally:
+        expect.stop()
+    return seen - killed
+
+
+def measure_fleets(
+    clusters: Clusters,
+    work: Path,
+    repos: int,
+    claims: int,
+    replica_counts: list[int],
+    kubectl_per_claim: float | None,
+    progress: Progress,
+) -> list[Figure]:
+    """Every replica count on a fresh fleet; the first count is the others' baseline."""
+    idle = idle_peak_kib()
+    apiservers = [pid for name, pid in clusters.pids.items() if name.startswith("kube-apiserver")]
+    runs = [
+        run_fleet(clusters, work / f"fleet-{n}", repos, claims, n, apiservers, progress)
+        for n in replica_counts
+    ]
+    scope = f"{repos} repos x {claims} claims"
+    first = runs[0]
+    figures = []
+    for run in runs:
+        label = f"{run.replicas} replica{'s' if run.replicas > 1 else ''}"
+        baseline = run is first
+        figures += [
+            Figure(
+                f"full sync, {scope} → App + CP, {label}",
+                "s",
+                run.converge,
+                "kubectl rate of (1), scaled to the same count"
+                if baseline
+                else f"{first.replicas} replica, same run",
+                (kubectl_per_claim * repos * claims if kubectl_per_claim else None)
+                if baseline
+                else first.converge,
+                note=f"every repository had a status commit after {run.reported:.1f} s",
+            ),
+            Figure(
+                f"steady-state CPU, nothing changing, {label} (all replicas)",
+                "%",
+                run.cpu_percent,
+                "both kube-apiservers, same window"
+                if baseline
+                else f"{first.replicas} replica, same run",
+                run.apiserver_cpu_percent if baseline else first.cpu_percent,
+                note=f"{CPU_WINDOW_SECONDS:.0f} s window, % of one core; kube-apiservers "
+                f"{run.apiserver_cpu_percent:.1f} %",
+            ),
+            Figure(
+                f"peak RSS per replica, {label}",
+                "MiB",
+                max(run.peak_kib) / 1024,
+                f"idle python importing {IDLE_IMPORTS.split(', ')[-1]}"
+                if baseline
+                else f"{first.replicas} replica, same run",
+                idle / 1024 if baseline else max(first.peak_kib) / 1024,
+                note="each: " + ", ".join(f"{kib / 1024:.0f}" for kib in run.peak_kib) + " MiB",
+            ),
+            Figure(
+                f"hand-over after SIGKILL, {label}",
+                "s",
+                run.handover,
+                "lease duration",
+                LEASE_DURATION,
+                note="killed, pushed at once; until the change is on the Control Plane"
+                + ("; restarted at once, as Kubernetes would" if run.replicas == 1 else ""),
+            ),
+        ]
+    return figures
