@@ -1,9 +1,9 @@
 """The bind API's JSON interface for the CLI and automation, behind OIDC bearer tokens.
 
-Every request is authenticated by ``OIDCVerifier`` (401 for any bad token, 503 when the issuer is
-unreachable), every binding is authorised per API by the caller's groups (403 with the reason),
-and a caller only ever sees and deletes their own bindings: a consumer namespace belongs to the
-OIDC subject recorded in its identity annotation.
+Every request is authenticated by ``OIDCVerifier`` (401 for any bad token; 503 with Retry-After
+when the issuer is unreachable, before anything is changed), every binding is authorised per API
+by the caller's groups (403 with the reason), and a caller only ever sees and deletes their own
+bindings: a consumer namespace belongs to the OIDC subject recorded in its identity annotation.
 """
 
 import logging
@@ -26,7 +26,13 @@ from bind_api.bindings import (
 )
 from bind_api.config import BindApiConfig
 from bind_api.consumer import IDENTITY_ANNOTATION
-from bind_api.oidc import IssuerUnavailable, OIDCVerifier, Principal, TokenError
+from bind_api.oidc import (
+    REFETCH_INTERVAL,
+    IssuerUnavailable,
+    OIDCVerifier,
+    Principal,
+    TokenError,
+)
 from bind_api.web import BrowserLogin, browser_router
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import NAMESPACES, Kube
@@ -34,6 +40,8 @@ from klutch_gitops.urls import normalize_repo_url, redact
 from reconciler.manager import REPOSITORY_BINDINGS
 
 log = logging.getLogger(__name__)
+
+ISSUER_RETRY_AFTER = int(REFETCH_INTERVAL)  # seconds: how often the issuer's keys are retried
 
 
 class RepositoryIn(BaseModel):
@@ -96,7 +104,12 @@ def create_app(
         try:
             return verifier.verify(token.strip())
         except IssuerUnavailable as error:
-            raise HTTPException(503, error.message) from None
+            raise HTTPException(
+                503,
+                "the identity provider is unreachable, so the token cannot be verified and "
+                f"nothing was changed; try again when it is back: {error.message}",
+                headers={"Retry-After": str(ISSUER_RETRY_AFTER)},
+            ) from None
         except TokenError as error:
             raise HTTPException(
                 401, error.message, headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}

@@ -99,6 +99,7 @@ class OIDCVerifier:
         self._keys: dict[str | None, Key] = {}
         self._fetched_at: float | None = None
         self._attempted_at = 0.0
+        self._unavailable: str | None = None  # why the last refetch failed
 
     def verify(self, token: str) -> Principal:
         """The principal of a valid token; :class:`TokenError` saying why otherwise."""
@@ -152,6 +153,8 @@ class OIDCVerifier:
 
         Until the first fetch succeeds every call retries it; afterwards a failed refetch keeps
         the cached keys, so a short issuer outage does not refuse tokens signed by known keys.
+        A token naming a key that only the unreachable issuer could show (it rotated its keys,
+        say on a restart) may well be valid: that is IssuerUnavailable (503), not a refusal.
         """
         with self._lock:
             now = self._clock()
@@ -163,13 +166,17 @@ class OIDCVerifier:
                 try:
                     self._refresh(now)
                 except IssuerUnavailable as error:
+                    self._unavailable = error.message
                     log.warning("keeping the cached signing keys: %s", error.message)
+            if kid is not None and kid not in self._keys and self._unavailable is not None:
+                raise IssuerUnavailable(self._unavailable)
             return self._keys
 
     def _refresh(self, now: float) -> None:
         self._attempted_at = now
         self._keys = self._fetch_keys()
         self._fetched_at = now
+        self._unavailable = None
 
     def _fetch_keys(self) -> dict[str | None, Key]:
         if self._jwks_uri is None:

@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import git
 
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.failpoints import failpoint
 
 # Username sent with a token when none is given; GitHub and Gitea accept any, GitLab wants one.
 DEFAULT_USERNAME = "x-access-token"
@@ -33,6 +34,8 @@ case "$1" in
 esac
 """
 _URL_USERINFO = re.compile(r"(https?://)[^/@\s]*@")
+# receive-pack's answer when another push updated the branch after ours was advertised
+_MOVED_MEANWHILE = re.compile(r"cannot lock ref '[^']+': is at [0-9a-f]+ but expected [0-9a-f]+")
 
 
 @functools.cache
@@ -288,16 +291,21 @@ class Checkout:
         return sha
 
     def push(self) -> bool:
-        """Push HEAD to the branch, never forced. False when the remote moved on meanwhile."""
+        """Push HEAD to the branch, never forced. False when the remote moved on meanwhile:
+        before the push (``[rejected]``), or while the server received it (a person's push won
+        the race for the ref: ``[remote rejected]``, "is at X but expected Y")."""
         head = self.head
         if head is None:
             raise KlutchError(f"nothing to push to {self.url} {self.branch}")
+        failpoint("git.before-push")
         status, out, err = self._git(
             "push", "--porcelain", "origin", f"{head}:refs/heads/{self.branch}"
         )
         if status == 0:
+            failpoint("git.after-push")
             return True
-        if any(line.startswith("!") and "[rejected]" in line for line in out.splitlines()):
+        rejected = any(line.startswith("!") and "[rejected]" in line for line in out.splitlines())
+        if rejected or _MOVED_MEANWHILE.search(err):
             return False
         raise self._error("push", f"{err}\n{out}".strip())
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES
 from klutch_gitops.config import Bot
+from klutch_gitops.failpoints import failpoint
 from klutch_gitops.git import Checkout
 from klutch_gitops.informer import Informer
 from klutch_gitops.kube import CRDS, EVENTS, SECRETS, KubeError, Resource
@@ -386,6 +387,7 @@ class RepositorySync:
                 self.binding.control_plane.apply(resource, cp_body, force=True)
             except KubeError as error:
                 return [self._problem(claim, error, "Control Plane")]
+            failpoint("controlplane.after-apply")
         return []
 
     def _problem(self, claim: Claim, error: KubeError, where: str) -> Rejection:

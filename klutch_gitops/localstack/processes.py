@@ -109,6 +109,14 @@ class Process:
                 self.popen.wait()
         self.pid_file.unlink(missing_ok=True)
 
+    def kill(self) -> None:
+        """SIGKILL at once, as a crash or the OOM killer would: no cleanup of any kind. A later
+        ``start`` runs the same command again (same ports, same data)."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait()
+        self.pid_file.unlink(missing_ok=True)
+
     def log_tail(self, lines: int = 25) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

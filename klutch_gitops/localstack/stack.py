@@ -184,6 +184,14 @@ class LocalStack:
         self.processes.clear()
         self.paths.info.unlink(missing_ok=True)
 
+    def process(self, name: str) -> Process:
+        """The stack's process called ``name`` (``etcd``, ``kube-apiserver-app``, ``dex``, …), for
+        fault tests that kill it and start it again with the same command, ports and data."""
+        for process in self.processes:
+            if process.name == name:
+                return process
+        raise KeyError(f"no process {name!r}; running: {[p.name for p in self.processes]}")
+
     def _start(self, bins: dict[str, Path]) -> StackInfo:
         paths = self.paths
         paths.reset()
