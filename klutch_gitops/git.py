@@ -198,6 +198,8 @@ class Checkout:
             for lock in (
                 dot_git / "index.lock",
                 dot_git / "HEAD.lock",
+                dot_git / "config.lock",
+                dot_git / "packed-refs.lock",
                 *dot_git.glob("refs/**/*.lock"),
             ):
                 lock.unlink(missing_ok=True)

@@ -310,7 +310,8 @@ def test_reuses_a_clone_and_recovers_from_leftovers(
     checkout = Checkout.open_or_clone(str(remote), "main", tmp_path / "work")
     (checkout.root / "stray.txt").write_text("left by a crash\n")
     (checkout.root / "README.md").write_text("half-written\n")
-    (checkout.root / ".git" / "index.lock").write_text("")
+    for lock in ("index.lock", "config.lock", "packed-refs.lock"):  # a SIGKILL mid-command
+        (checkout.root / ".git" / lock).write_text("")
     newer = human_push(human, "README.md", "newer\n")
 
     again = Checkout.open_or_clone(str(remote), "main", tmp_path / "work")
