@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 PLATFORM = "platform"
 STOP_GRACE_SECONDS = 30.0
 STANDBY = "standby: not the leader"
+WATCHED_POLL_ROUNDS = 10  # a file:// remote is watched: poll it every tenth round only
 
 
 class Reconciler:
@@ -311,9 +312,11 @@ class Reconciler:
         self.queue.add(("sync", name))
 
     def _watch_source(self, name: str, url: str, branch: str) -> None:
-        self.poller.watch(name, url, branch)  # also for file:// remotes: a safety net
         if url.startswith("file://"):
             self.watcher.watch(name, Path(url.removeprefix("file://")))
+            self.poller.watch(name, url, branch, every=WATCHED_POLL_ROUNDS)  # a safety net
+        else:
+            self.poller.watch(name, url, branch)
 
     def _synced(self, name: str, error: str | None) -> None:
         if error is None:

@@ -33,6 +33,7 @@ _UNSEEN = object()  # no observation yet: the first one always counts as a chang
 class _Remote:
     url: str
     branch: str
+    every: int  # asked every this many rounds
 
 
 class Poller(Generic[K]):
@@ -40,6 +41,9 @@ class Poller(Generic[K]):
 
     ``on_change(key)`` is called when a branch's commit differs from the one seen last, and for
     the first observation, so a repository is synchronised once when it starts being watched.
+    A remote that something else watches too (a ``file://`` one) is asked only ``every`` rounds:
+    the poll is a safety net there, and 100 remotes asked every round keep a core busy spawning
+    ``git``.
     """
 
     def __init__(
@@ -56,10 +60,11 @@ class Poller(Generic[K]):
         self._seen: dict[K, object] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._rounds = 0
 
-    def watch(self, key: K, url: str, branch: str) -> None:
+    def watch(self, key: K, url: str, branch: str, every: int = 1) -> None:
         """Follow ``branch`` at ``url``; a changed URL or branch counts as unseen."""
-        remote = _Remote(url, branch)
+        remote = _Remote(url, branch, every)
         with self._lock:
             if self._remotes.get(key) != remote:
                 self._remotes[key] = remote
@@ -92,7 +97,12 @@ class Poller(Generic[K]):
 
     def _poll_round(self) -> None:
         with self._lock:
-            remotes = list(self._remotes.items())
+            remotes = [
+                (key, remote)
+                for key, remote in self._remotes.items()
+                if self._rounds % remote.every == 0 or self._seen.get(key) is _UNSEEN
+            ]
+        self._rounds += 1
         for key, remote in remotes:
             if self._stop.is_set():
                 return
