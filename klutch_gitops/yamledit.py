@@ -26,8 +26,6 @@ from ruamel.yaml.events import (
 )
 from ruamel.yaml.representer import RoundTripRepresenter
 
-from klutch_gitops.manifests import Identity
-
 STATUS = "status"
 _MISSING = object()
 _YAML11 = pyyaml.resolver.Resolver()
@@ -36,7 +34,8 @@ _STR = "tag:yaml.org,2002:str"
 
 class _Representer(RoundTripRepresenter):
     """Quotes strings that a YAML 1.1 reader (PyYAML, Kubernetes) would take for something else,
-    such as ``yes`` or ``on``, and spells null as ``null``."""
+    such as ``yes`` or ``on``, writes floats so that it reads them as floats, and spells null as
+    ``null``."""
 
     def represent_str(self, data: str) -> Any:
         if any(c in data for c in "\x85\u2028\u2029"):
@@ -47,11 +46,18 @@ class _Representer(RoundTripRepresenter):
             style = None
         return self.represent_scalar(_STR, data, style=style)
 
+    def represent_float(self, data: float) -> Any:
+        node = super().represent_float(data)
+        if "e" in node.value and "." not in node.value:  # YAML 1.1 reads 1e+20 as a string
+            node.value = node.value.replace("e", ".0e", 1)
+        return node
+
     def represent_none(self, data: None) -> Any:
         return self.represent_scalar("tag:yaml.org,2002:null", "null")
 
 
 _Representer.add_representer(str, _Representer.represent_str)
+_Representer.add_representer(float, _Representer.represent_float)
 _Representer.add_representer(type(None), _Representer.represent_none)
 
 
@@ -72,17 +78,6 @@ def dump(data: Any, indent: int = 2, offset: int = 0) -> str:
     return out.getvalue()
 
 
-def document_identities(text: str) -> list[Identity | None]:
-    """The identity of each document of a file (None for a document that is not a mapping)."""
-    return [Identity.of(doc) if isinstance(doc, Mapping) else None for doc in load_all(text)]
-
-
-def find_document(text: str, identity: Identity) -> int | None:
-    """The index of the first document with this identity, None when the file has none."""
-    identities = document_identities(text)
-    return identities.index(identity) if identity in identities else None
-
-
 def set_status(text: str, document: int, status: Mapping[str, Any] | None) -> str:
     """``text`` with the top-level ``status`` of one document replaced, inserted at the end of
     the document, or removed (None). Equal status returns ``text`` as it is.
@@ -90,6 +85,8 @@ def set_status(text: str, document: int, status: Mapping[str, Any] | None) -> st
     Raises ValueError for a document that is missing or not a block mapping, and when the
     splice would change anything besides ``status``.
     """
+    if text.startswith("\ufeff"):  # a byte order mark is not part of the first line
+        return "\ufeff" + set_status(text[1:], document, status)
     docs = load_all(text)
     if not 0 <= document < len(docs) or not isinstance(docs[document], dict):
         raise ValueError(f"document {document} is not a mapping")

@@ -74,25 +74,48 @@ _Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Loader(_Base, Composer):
-    """Safe constructors, libyaml's parser, PyYAML's Python composer with a depth bound."""
+    """Safe constructors, libyaml's parser, PyYAML's Python composer with depth and size bounds.
+
+    Nodes are counted while composing, aliases included, so that a large flat document costs at
+    most ``max_nodes`` nodes of memory before it is refused, not one per scalar of the file.
+    """
 
     check_node = Composer.check_node  # not libyaml's: see the module docstring
     get_node = Composer.get_node
 
-    def __init__(self, text: str, max_depth: int) -> None:
+    def __init__(self, text: str, limits: DocumentLimits) -> None:
         _Base.__init__(self, text)
         Composer.__init__(self)
-        self._max_depth = max_depth
+        self._max_depth = limits.max_depth
+        self._max_nodes = limits.max_nodes
         self._depth = 0
+        self._nodes = 0
+
+    def compose_document(self) -> Node:
+        self._nodes = 0
+        return super().compose_document()
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:
         if self._depth >= self._max_depth:
-            raise _Refused(*_too_deep(self._max_depth, self.peek_event().start_mark.line + 1))
+            raise _Refused(*_too_deep(self._max_depth, self._line()))
+        # An alias counts once here and in full in _measure, so this never refuses what the
+        # measure after composing would accept.
+        self._nodes += 1
+        if self._nodes > self._max_nodes:
+            line = self._line()
+            raise _Refused(
+                f"the document has more than {self._max_nodes} YAML nodes (line {line})",
+                line,
+                "Split it into several documents or files.",
+            )
         self._depth += 1
         try:
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def _line(self) -> int:
+        return self.peek_event().start_mark.line + 1
 
 
 def _as_text(loader: _Loader, node: Node) -> str:
@@ -116,7 +139,7 @@ def load_documents(text: str, limits: DocumentLimits) -> list[Document]:
     documents: list[Document] = []
     line: int | None = None
     try:
-        loader = _Loader(text, limits.max_depth)
+        loader = _Loader(text, limits)
         try:
             while loader.check_node():
                 line = loader.peek_event().start_mark.line + 1
@@ -227,10 +250,9 @@ def _measure(root: Node, max_nodes: int, max_depth: int) -> bool:
             stack.pop()
             open_nodes.discard(id(top.node))
             measured[id(top.node)] = (top.size, top.height)
-            if not stack:
-                break
-            stack[-1].add(top.size, top.height)
-            top = stack[-1]
+            if stack:  # else top is the root, whose own scalars may already be too many
+                stack[-1].add(top.size, top.height)
+                top = stack[-1]
         elif id(child) in measured:
             shared = True
             top.add(*measured[id(child)])

@@ -25,7 +25,9 @@ from ruamel.yaml.error import YAMLError
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Checkout
 from klutch_gitops.manifests import Identity, Rejection
-from klutch_gitops.yamledit import document_identities, dump, load_all, set_status
+from klutch_gitops.yamledit import dump, load_all, set_status
+from klutch_gitops.yamlsafe import YamlError, load_documents
+from reconciler.desired import Limits
 
 _log = logging.getLogger(__name__)
 
@@ -140,30 +142,44 @@ def source_commit(checkout: Checkout) -> str | None:
 
 
 def _inline(tree: Path, base: str, statuses: Sequence[ObservedStatus]) -> dict[str, bytes | None]:
+    """Claims are found, and their status compared, as the desired-state loader reads them (YAML
+    1.1, within its limits), so that each claim it accepted is found where it found it, and a
+    file it refuses, however large or hostile, is passed over at the same small cost."""
     pending = {observed.identity: observed for observed in statuses}
     changes: dict[str, bytes | None] = {}
     hinted = {o.file for o in statuses if o.file and (tree / o.file).is_file()}
+    limits = Limits()
     # the claims' own files first: the full scan is only for claims that moved since
     for file in [*sorted(hinted), *(f for f in _yaml_files(tree, base) if f not in hinted)]:
         if not pending:
             break
         try:
+            if (tree / file).stat().st_size > limits.max_file_bytes:
+                continue
             text = (tree / file).read_bytes().decode()
-            identities = document_identities(text)
-        except (UnicodeDecodeError, YAMLError):
+            documents = load_documents(text, limits)
+        except (OSError, UnicodeDecodeError, YamlError):
             continue  # the loader reports bad files; there is no status to write into them
         edited = text
-        for index, identity in enumerate(identities):
+        for document in documents:
+            value = document.value
+            identity = Identity.of(value) if isinstance(value, Mapping) else None
             observed = pending.pop(identity, None) if identity else None
-            if observed is None:
+            if observed is None or _git_status(value) == observed.status:
                 continue
             try:
-                edited = set_status(edited, index, observed.status)
-            except ValueError as error:
+                edited = set_status(edited, document.index, observed.status)
+            except (ValueError, YAMLError) as error:
                 _log.warning("status of %s not written into %s: %s", identity, file, error)
         if edited != text:
             changes[file] = edited.encode()
     return changes
+
+
+def _git_status(document: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The status the loader reports for a claim (``Claim.git_status``): a mapping, or None."""
+    status = document.get("status")
+    return status if isinstance(status, Mapping) else None
 
 
 def _status_files(

@@ -9,8 +9,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from klutch_gitops.manifests import Identity
-from klutch_gitops.yamledit import document_identities, find_document, load_all, set_status
+from klutch_gitops.yamledit import load_all, set_status
 
 CLAIMS = """\
 # Team database claims
@@ -118,6 +117,23 @@ def test_strings_a_yaml_11_reader_would_misread_are_quoted() -> None:
     assert yaml.safe_load(edited)["status"] == {"a": "yes", "b": "on", "c": "0123", "d": "null"}
 
 
+def test_floats_are_written_so_that_a_yaml_11_reader_reads_floats() -> None:
+    # Regression: 1e+20 was written as it is, which YAML 1.1 (the loader) reads as a string.
+    status = {"big": 1e20, "small": 1e-07, "plain": 1.5}
+    edited = set_status("kind: A\n", 0, status)
+    assert edited == "kind: A\nstatus:\n  big: 1.0e+20\n  small: 1.0e-07\n  plain: 1.5\n"
+    assert yaml.safe_load(edited)["status"] == status
+    assert load_all(edited)[0]["status"] == status
+
+
+def test_a_byte_order_mark_stays_and_does_not_hide_a_first_line_status() -> None:
+    # Regression: a status on the first line of a file with a BOM "did not start its own line".
+    text = "\ufeffstatus: {phase: Pending}\nkind: A\n"
+    assert set_status(text, 0, {"phase": "Ready"}) == "\ufeffstatus:\n  phase: Ready\nkind: A\n"
+    assert set_status(text, 0, None) == "\ufeffkind: A\n"
+    assert set_status(text, 0, {"phase": "Pending"}) == text
+
+
 def test_refuses_what_it_cannot_splice() -> None:
     with pytest.raises(ValueError, match="not a block mapping"):
         set_status("{kind: A, status: {}}\n", 0, {"a": 1})
@@ -131,15 +147,6 @@ def test_safety_net_refuses_a_change_to_the_value_after_the_insertion_point() ->
     # A kept block scalar owns the blank lines after it; inserting there would change it.
     with pytest.raises(ValueError, match="would change more than its status"):
         set_status("kind: A\nnote: |+\n  x\n\n", 0, {"a": 1})
-
-
-def test_find_document() -> None:
-    orders = Identity("anynines.com", "PostgresqlInstance", "shop", "orders")
-    binding = Identity("anynines.com", "ServiceBinding", "shop", "orders-binding")
-    assert find_document(CLAIMS, orders) == 0
-    assert find_document(CLAIMS, binding) == 1
-    assert find_document(CLAIMS, Identity("anynines.com", "Backup", "shop", "orders")) is None
-    assert document_identities("---\n---\n- a\n") == [None, None]
 
 
 KEYS = st.from_regex(r"[a-z][a-zA-Z0-9]{0,8}", fullmatch=True)

@@ -6,10 +6,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from klutch_gitops.yamlsafe import Document, YamlError, load_documents
+from klutch_gitops.yamlsafe import Document, YamlError, _measure, _Refused, load_documents
 from reconciler.desired import Limits
 
 LIMITS = Limits()
@@ -95,6 +96,34 @@ def test_depth_counts_alias_expansion() -> None:
 def test_recursive_alias_is_refused() -> None:
     with pytest.raises(YamlError, match="recursive alias"):
         load_documents("a: &a [1, *a]\n", LIMITS)
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        pytest.param("[" + "a, " * 30 + "a]", 1, id="flow sequence"),
+        pytest.param("".join(f"k{i}: v\n" for i in range(8)), 5, id="mapping"),
+        pytest.param("- a\n" * 100, 10, id="block sequence"),
+    ],
+)
+def test_a_flat_document_over_the_node_limit_is_refused_while_composing(
+    text: str, line: int
+) -> None:
+    # Regression: a root's own scalars were never counted, and the limit was checked only once
+    # the whole document had been composed (1 MiB of scalars took ~170 MiB before).
+    with pytest.raises(YamlError) as caught:
+        load_documents(text, Limits(max_nodes=10))
+    assert "more than 10 YAML nodes" in caught.value.message
+    assert caught.value.document == 0
+    assert caught.value.line == line  # where the 11th node starts, not the end of the document
+
+
+def test_the_node_measure_counts_the_roots_own_scalars() -> None:
+    # Regression: the root's size was never compared with the limit.
+    root = yaml.compose("[a, b, c, d]")
+    with pytest.raises(_Refused, match="more than 4 YAML nodes"):
+        _measure(root, max_nodes=4, max_depth=64)
+    assert _measure(root, max_nodes=5, max_depth=64) is False
 
 
 def test_too_many_documents_refuse_the_whole_file() -> None:
