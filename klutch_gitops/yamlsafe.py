@@ -20,8 +20,9 @@ from typing import Any, Protocol
 
 import yaml
 from yaml.composer import Composer
-from yaml.nodes import CollectionNode, MappingNode, Node
+from yaml.nodes import CollectionNode, MappingNode, Node, ScalarNode
 
+_MERGE = "tag:yaml.org,2002:merge"
 _SYNTAX_FIX = "Fix the YAML at that line; an editor with YAML support or yamllint shows the spot."
 
 
@@ -116,6 +117,24 @@ class _Loader(_Base, Composer):
 
     def _line(self) -> int:
         return self.peek_event().start_mark.line + 1
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """Refuse a key given twice in one mapping: readers disagree on which value wins
+        (PyYAML takes the last, the write-back's YAML 1.2 parser and ``kubectl`` refuse it)."""
+        seen: dict[tuple[str, str], int] = {}
+        for key, _ in node.value:
+            if not isinstance(key, ScalarNode) or key.tag == _MERGE:
+                continue
+            line = key.start_mark.line + 1
+            if (key.tag, key.value) in seen:
+                raise _Refused(
+                    f"the key {key.value!r} appears twice in one mapping (lines "
+                    f"{seen[key.tag, key.value]} and {line})",
+                    line,
+                    "Keep one of them.",
+                )
+            seen[key.tag, key.value] = line
+        return super().construct_mapping(node, deep)
 
 
 def _as_text(loader: _Loader, node: Node) -> str:

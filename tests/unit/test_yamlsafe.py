@@ -144,6 +144,8 @@ def test_too_many_documents_refuse_the_whole_file() -> None:
         ("? [a, b]\n: c\n", "unhashable", 1),
         ("a: 1\nc: *y\n", "found undefined alias 'y'", 2),
         ("a: &x 1\nb: &x 2\n", "found duplicate anchor 'x'; first occurrence at line 1", 2),
+        ("a: 1\nb: 2\na: 3\n", "the key 'a' appears twice in one mapping (lines 1 and 3)", 3),
+        ("s: {a: 1, 'a': 2}\n", "the key 'a' appears twice in one mapping (lines 1 and 1)", 1),
     ],
 )
 def test_every_failure_is_a_yaml_error(text: str, fragment: str, line: int) -> None:
