@@ -437,10 +437,14 @@ class Reconciler:
         return self.reviewer.submit(event)
 
     def _bindings(self) -> dict[str, Binding]:
-        return {
-            **self.visitors,
-            **{name: sync.binding for name, sync in list(self.syncs.items())},
+        """The registrations this replica works on, and those it resolved for a webhook that
+        are still registered as they were."""
+        visiting = {
+            name: binding
+            for name, binding in list(self.visitors.items())
+            if self.specs.get(name) == binding.spec
         }
+        return {**visiting, **{name: sync.binding for name, sync in list(self.syncs.items())}}
 
     def secret_for(self, urls: frozenset[str]) -> Sequence[bytes]:
         self._visit(urls)
