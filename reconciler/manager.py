@@ -41,7 +41,7 @@ from reconciler.platform import PlatformSync
 from reconciler.repository import Key, RepositorySync
 from reconciler.review import Reviewer
 from reconciler.server import create_app, serve
-from reconciler.shards import ShardCoordinator, shard_of
+from reconciler.shards import ShardCoordinator
 from reconciler.sources import FileWatcher, Poller
 from reconciler.tokens import TokenRenewer
 from reconciler.webhooks import PullRequestEvent, PushEvent
@@ -426,7 +426,7 @@ class Reconciler:
             if sync is not None:
                 sync.trigger_fetch()
             elif self.shards is not None and not self.shards.owns(name):
-                self.shards.request_fetch(shard_of(name, self.shards.shards))
+                self.shards.request_fetch(self.shards.shard(name))
             else:
                 continue  # suspended, or not registered (an error is reported for it)
             triggered += 1
@@ -476,17 +476,18 @@ class Reconciler:
 
     # -- shards -----------------------------------------------------------------------------
 
+    def _in_shard(self, names: list[str], shard: int) -> list[str]:
+        assert self.shards is not None
+        return [name for name in names if self.shards.shard(name) == shard]
+
     def _shard_acquired(self, shard: int) -> None:
-        for name in list(self.specs):
-            if shard_of(name, self.config.leader_election.shards) == shard:
-                self.queue.add(("register", name))
+        for name in self._in_shard(list(self.specs), shard):
+            self.queue.add(("register", name))
 
     def _shard_releasing(self, shard: int) -> None:
         """Stop the shard's repositories, each after its pass or push in flight, so the next
         holder never works beside us."""
-        for name in set(self.specs) | set(self.syncs):  # a registration may be in flight
-            if shard_of(name, self.config.leader_election.shards) != shard:
-                continue
+        for name in self._in_shard([*{*self.specs, *self.syncs}], shard):  # one may be in flight
             with self.repository_locks.setdefault(name, threading.Lock()):
                 sync = self.syncs.pop(name, None)
                 if sync is not None:
@@ -496,8 +497,8 @@ class Reconciler:
                 self.errors.pop(name, None)
 
     def _shard_fetch(self, shard: int) -> None:
-        for name, sync in list(self.syncs.items()):
-            if shard_of(name, self.config.leader_election.shards) == shard:
+        for name in self._in_shard(list(self.syncs), shard):
+            if (sync := self.syncs.get(name)) is not None:
                 sync.trigger_fetch()
 
     # -- one-shot ---------------------------------------------------------------------------

@@ -159,9 +159,12 @@ class ShardCoordinator:
 
     # -- what the manager asks ------------------------------------------------------------------
 
+    def shard(self, name: str) -> int:
+        return shard_of(name, self.shards)
+
     def owns(self, name: str) -> bool:
         """Whether this replica may work on registration ``name`` now."""
-        shard = shard_of(name, self.shards)
+        shard = self.shard(name)
         with self._lock:
             return shard in self._held and shard not in self._draining and not self.lost
 
