@@ -507,6 +507,7 @@ class RepositorySync:
                 claim.api_version,
                 (self._upstream(claim) or {}).get("status"),
                 claim.location.file,
+                claim.location.document,
             )
             for claim in desired.claims
         )

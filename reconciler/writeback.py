@@ -51,6 +51,7 @@ class ObservedStatus:
     api_version: str
     status: Mapping[str, Any] | None  # None = no status observed yet
     file: str | None = None  # where the claim was last seen: looked at first, before a scan
+    document: int | None = None  # its index in ``file``: another definition there is not it
 
 
 @dataclass(frozen=True)
@@ -164,8 +165,11 @@ def _inline(tree: Path, base: str, statuses: Sequence[ObservedStatus]) -> dict[s
         for document in documents:
             value = document.value
             identity = Identity.of(value) if isinstance(value, Mapping) else None
-            observed = pending.pop(identity, None) if identity else None
-            if observed is None or _git_status(value) == observed.status:
+            observed = pending.get(identity) if identity else None
+            if observed is None or _another_definition(observed, file, document.index):
+                continue
+            del pending[observed.identity]
+            if _git_status(value) == observed.status:
                 continue
             try:
                 edited = set_status(edited, document.index, observed.status)
@@ -174,6 +178,12 @@ def _inline(tree: Path, base: str, statuses: Sequence[ObservedStatus]) -> dict[s
         if edited != text:
             changes[file] = edited.encode()
     return changes
+
+
+def _another_definition(observed: ObservedStatus, file: str, index: int) -> bool:
+    """Whether the document at ``file``/``index`` defines the claim too but is not the one the
+    loader took (that one refused, say, before it in the same file)."""
+    return observed.document is not None and observed.file == file and observed.document != index
 
 
 def _git_status(document: Mapping[str, Any]) -> Mapping[str, Any] | None:

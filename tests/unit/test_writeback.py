@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -84,3 +85,20 @@ def test_a_claim_the_splice_cannot_parse_is_logged_not_raised(
     with caplog.at_level(logging.WARNING):
         assert render(tmp_path, {"phase": "Ready"}) == {}
     assert "not written into claims.yaml" in caplog.text
+
+
+def test_the_status_goes_into_the_definition_the_loader_took(tmp_path: Path) -> None:
+    # A first definition the loader refuses (its spec is no object) stands before the one it
+    # takes: the status belongs to the second, not to the first with the same identity.
+    schema = {"type": "object", "properties": {"spec": {"type": "object"}}}
+    exports = {key: replace(export, schemas={"v1": schema}) for key, export in EXPORTS.items()}
+    refused = claim("a").replace("spec: {}\n", "spec: not-an-object\n")
+    (tmp_path / "claims.yaml").write_text(refused + "---\n" + claim("a"))
+    [taken] = load_desired(tmp_path, "", exports).claims
+    assert taken.location.document == 1
+    observed = ObservedStatus(
+        taken.identity, taken.api_version, {"phase": "Ready"}, "claims.yaml", 1
+    )
+    changes = render_changes(tmp_path, "", Mode.INLINE, [observed], SUMMARY, NOW)
+    written = refused + "---\n" + claim("a") + "status:\n  phase: Ready\n"
+    assert changes["claims.yaml"] == written.encode()
