@@ -13,13 +13,17 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from kubernetes import client
 
-from klutch_gitops.config import Config, LeaderElection
+from bind_api.bindings import BINDER_SECRET
+from bind_api.consumer import binder_kubeconfig
+from klutch_gitops.config import Config, LeaderElection, RepositorySpec, SecretRef
 from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler.leader import LEASES
@@ -28,6 +32,7 @@ from reconciler.shards import FETCH_ANNOTATION, ROLE_LABEL, shard_lease, shard_o
 
 from .conftest import TwinNamespace
 from .gitops import POSTGRES, WEBHOOK_SECRET, Tenant, claim, eventually, git, make_tenant
+from .test_token_renewal import write_binder_secret
 
 SHARDS = 8
 # Short, so hand-overs stay quick; the checks only wait, never time anything.
@@ -38,10 +43,14 @@ class Replicas:
     """In-process reconciler replicas with one registration list and one set of Leases."""
 
     def __init__(
-        self, stack: StackInfo, tenants: list[Tenant], election: LeaderElection, root: Path
+        self,
+        stack: StackInfo,
+        repositories: tuple[RepositorySpec, ...],
+        election: LeaderElection,
+        root: Path,
     ):
         self.stack = stack
-        self.repositories = tuple(t.config.repositories[0] for t in tenants)
+        self.repositories = repositories
         self.election = election
         self.root = root
         self.running: dict[str, Reconciler] = {}
@@ -96,10 +105,21 @@ def fleet(
         retry_period=RETRY_PERIOD,
         shards=SHARDS,
     )
-    replicas = Replicas(stack, tenants, election, tmp_path / "replicas")
+    repositories = tuple(t.config.repositories[0] for t in tenants)
+    replicas = Replicas(stack, repositories, election, tmp_path / "replicas")
     yield tenants, replicas
     for name in list(replicas.running):
         replicas.stop(name)
+
+
+def settled_owner(replicas: Replicas, repository: str) -> str | None:
+    """The one replica on ``repository`` once every replica sees every other and none holds a
+    shard that is not its own (replicas started one after another hand shards over first)."""
+    running = [r.shards for r in replicas.running.values() if r.shards is not None]
+    held = [set(shards.held()) for shards in running]
+    owners = replicas.owners(repository)
+    settled = sum(len(h) for h in held) == SHARDS and all(h for h in held)
+    return owners[0] if settled and len(owners) == 1 else None
 
 
 def converged(tenant: Tenant, name: str, plan: str) -> bool:
@@ -208,3 +228,66 @@ def test_replicas_share_repositories_and_hand_them_over(
         patches = bot_patches(tenant)
         assert len(patches) == len(set(patches)), f"{tenant.namespace}: a status commit twice"
     assert all(exits == [] for exits in replicas.exits.values())
+
+
+def test_a_changed_binder_secret_restarts_the_registration_where_it_is_held(
+    stack: StackInfo,
+    clusters: dict[str, client.ApiClient],
+    namespace: TwinNamespace,
+    tmp_path: Path,
+) -> None:
+    """The leader renews binder tokens, but another replica may hold the repository that uses
+    one: that replica must restart it with the new token."""
+    tenant = make_tenant(stack, clusters, tmp_path, start=False)
+    admin = tenant.control_plane
+    write_binder_secret(
+        admin, tenant.consumer, yaml.safe_dump(binder_kubeconfig(admin, tenant.consumer, 600))
+    )
+    spec = replace(
+        tenant.config.repositories[0],
+        control_plane_kubeconfig=SecretRef(
+            namespace=tenant.consumer, name=BINDER_SECRET, key="kubeconfig"
+        ),
+    )
+    election = LeaderElection(
+        enabled=True,
+        namespace=namespace.name,
+        name=f"shards-{uuid.uuid4().hex[:6]}",
+        lease_duration=LEASE_DURATION,
+        renew_deadline=RENEW_DEADLINE,
+        retry_period=RETRY_PERIOD,
+        shards=SHARDS,
+    )
+    replicas = Replicas(stack, (spec,), election, tmp_path / "replicas")
+    try:
+        for name in ("a", "b"):
+            replicas.start(name)
+        tenant.push({"claims/orders.yaml": claim("orders", tenant.namespace)})
+        eventually(
+            lambda: converged(tenant, "orders", "postgresql-single-nano"), "the claim", timeout=60
+        )
+        owner = eventually(lambda: settled_owner(replicas, spec.name), "one settled holder", 60)
+        before = replicas.running[owner].syncs[spec.name]
+
+        renewed = binder_kubeconfig(admin, tenant.consumer, 900)
+        write_binder_secret(admin, tenant.consumer, yaml.safe_dump(renewed))
+        eventually(
+            lambda: replicas.running[owner].syncs.get(spec.name) not in (None, before),
+            "the holder to restart the registration",
+            timeout=60,
+        )
+        token = renewed["users"][0]["user"]["token"]
+        restarted = replicas.running[owner].syncs[spec.name]
+        assert restarted.binding.control_plane.api.configuration.api_key["BearerToken"] == (
+            f"Bearer {token}"
+        )
+        assert replicas.owners(spec.name) == [owner]
+        tenant.push(
+            {"claims/orders.yaml": claim("orders", tenant.namespace, "postgresql-single-big")}
+        )
+        eventually(
+            lambda: converged(tenant, "orders", "postgresql-single-big"), "a change after", 60
+        )
+    finally:
+        for name in list(replicas.running):
+            replicas.stop(name)
