@@ -43,6 +43,7 @@ from reconciler.review import Reviewer
 from reconciler.server import create_app, serve
 from reconciler.shards import ShardCoordinator
 from reconciler.sources import FileWatcher, Poller
+from reconciler.tokens import KEY as KUBECONFIG_KEY
 from reconciler.tokens import TokenRenewer
 from reconciler.webhooks import PullRequestEvent, PushEvent
 from reconciler.workqueue import WorkQueue, run_workers
@@ -74,6 +75,7 @@ class Reconciler:
         self.errors: dict[str, str] = {}
         self.reference_errors: dict[str, str] = {}  # a Secret or file that could not be used
         self.visitors: dict[str, Binding] = {}  # other replicas' registrations, for webhooks
+        self.binder_kubeconfigs: dict[tuple[str, str], str | None] = {}  # as last seen
         self.repository_locks: dict[str, threading.Lock] = {}
         self.namespaces = NamespaceController(self.admin)
         self.platform: PlatformSync | None = None
@@ -401,8 +403,17 @@ class Reconciler:
                 self.queue.add(("register", spec.name))
 
     def _on_binder_secret(self, event: str, obj: dict) -> None:
-        if event == "MODIFIED":
-            self._binder_renewed(obj["metadata"]["namespace"], obj["metadata"]["name"])
+        """Restart on a changed kubeconfig, whether it comes as an update or, after a broken
+        watch, in a relist; the first sighting of a Secret only records it."""
+        meta = obj["metadata"]
+        key = (meta["namespace"], meta["name"])
+        seen = self.binder_kubeconfigs.get(key)
+        if event == "DELETED":
+            self.binder_kubeconfigs.pop(key, None)
+            return
+        self.binder_kubeconfigs[key] = (obj.get("data") or {}).get(KUBECONFIG_KEY)
+        if seen is not None and seen != self.binder_kubeconfigs[key]:
+            self._binder_renewed(*key)
 
     def _ls_remote(self, url: str, branch: str) -> str | None:
         sync = next((s for s in self.syncs.values() if s.spec.url == url), None)
