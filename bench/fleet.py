@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from bench.harness import (
     BenchFailure,
     Clusters,
     Expect,
+    Progress,
     Tenant,
     claim_file,
     claim_name,
@@ -57,7 +57,6 @@ LEASE_DURATION = 15.0  # the product's default
 SETTLE_SECONDS = 10.0  # after the last status commit, before the CPU window
 CPU_WINDOW_SECONDS = 30.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-Progress = Callable[[str], None]
 
 
 @dataclass

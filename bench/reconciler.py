@@ -38,6 +38,7 @@ from bench.harness import (
     BenchFailure,
     Clusters,
     Expect,
+    Progress,
     Tenant,
     claim_file,
     claim_name,
@@ -66,7 +67,6 @@ RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 STEPS = ("cold", "push", "status", "fleet")
 DEFAULTS = Config(control_plane_kubeconfig=Path())  # the product's defaults, reported as used
 console = Console(stderr=True)
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,17 @@ def lease_spec(
     return spec
 
 
+def released_spec(lease: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """The spec of ``lease`` given up: no holder, so the next candidate takes it at once."""
+    stamp = format_time(now)
+    return {
+        "leaseDurationSeconds": 1,
+        "acquireTime": stamp,
+        "renewTime": stamp,
+        "leaseTransitions": (lease.get("spec") or {}).get("leaseTransitions") or 0,
+    }
+
+
 class LeaderElector:
     """Competes for one Lease in a thread; calls ``on_started`` once when it becomes the leader
     (in a thread of its own, so renewal goes on) and ``on_lost`` once if it steps down."""
@@ -175,14 +186,7 @@ class LeaderElector:
             lease = self.kube.get(LEASES, self.settings.namespace, self.settings.name)
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 return
-            stamp = format_time(datetime.now(UTC))
-            spec = {
-                "leaseDurationSeconds": 1,
-                "acquireTime": stamp,
-                "renewTime": stamp,
-                "leaseTransitions": lease["spec"].get("leaseTransitions") or 0,
-            }
-            self.kube.replace(LEASES, {**lease, "spec": spec})
+            self.kube.replace(LEASES, {**lease, "spec": released_spec(lease, datetime.now(UTC))})
             log.info("released the lease", extra={"identity": self.identity})
         except KubeError as error:
             log.warning("could not release the lease", extra={"error": str(error)})

@@ -34,7 +34,7 @@ from typing import Any
 
 from klutch_gitops.config import LeaderElection
 from klutch_gitops.kube import Kube, KubeError
-from reconciler.leader import LEASES, Action, decide, format_time, lease_spec
+from reconciler.leader import LEASES, Action, decide, format_time, lease_spec, released_spec
 
 log = logging.getLogger(__name__)
 
@@ -328,13 +328,7 @@ class ShardCoordinator:
         try:
             lease = self.kube.get(LEASES, self.settings.namespace, name)
             if lease is not None and lease["spec"].get("holderIdentity") == self.identity:
-                stamp = format_time(datetime.now(UTC))
-                spec = {
-                    "leaseDurationSeconds": 1,
-                    "acquireTime": stamp,
-                    "renewTime": stamp,
-                    "leaseTransitions": lease["spec"].get("leaseTransitions") or 0,
-                }
+                spec = released_spec(lease, datetime.now(UTC))
                 self.kube.replace(LEASES, {**lease, "spec": spec})
         except KubeError as error:  # it expires on its own
             log.warning("could not release a shard", extra={"shard": shard, "error": str(error)})
