@@ -13,12 +13,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
-from klutch_gitops.errors import KlutchError
 from klutch_gitops.localstack.pki import Pki
-from klutch_gitops.localstack.stack import LocalStack, StackInfo, programs
+from klutch_gitops.localstack.stack import LocalStack, StackInfo
 from tests.integration.gitops import Tenant, make_tenant
+from tests.stack import admin_clients, running_stack
 
 from .harness import ReconcilerProcess, config_for
 
@@ -27,14 +27,7 @@ READY_TIMEOUT = 180.0  # a kube-apiserver restart on a busy 2-core machine
 
 @pytest.fixture(scope="package")
 def chaos_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    try:
-        programs()
-    except KlutchError as error:
-        pytest.fail(f"chaos tests need the stack's programs: {error}", pytrace=False)
-    stack = LocalStack(tmp_path_factory.mktemp("chaos-stack"))
-    stack.start()
-    yield stack
-    stack.stop()
+    yield from running_stack(tmp_path_factory.mktemp("chaos-stack"), "chaos")
 
 
 @pytest.fixture(scope="package")
@@ -45,11 +38,7 @@ def stack(chaos_stack: LocalStack) -> StackInfo:
 
 @pytest.fixture(scope="package")
 def clusters(stack: StackInfo) -> dict[str, client.ApiClient]:
-    """An admin API client per cluster: ``app`` and ``control-plane``."""
-    return {
-        name: config.new_client_from_config(config_file=info.kubeconfig)
-        for name, info in stack.clusters.items()
-    }
+    return admin_clients(stack)
 
 
 class Faults:

@@ -9,22 +9,15 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
-from klutch_gitops.errors import KlutchError
-from klutch_gitops.localstack.stack import LocalStack, StackInfo, programs
+from klutch_gitops.localstack.stack import LocalStack, StackInfo
+from tests.stack import admin_clients, running_stack
 
 
 @pytest.fixture(scope="session")
 def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    try:
-        programs()
-    except KlutchError as error:
-        pytest.fail(f"integration tests need the stack's programs: {error}", pytrace=False)
-    stack = LocalStack(tmp_path_factory.mktemp("stack"))
-    stack.start()
-    yield stack
-    stack.stop()
+    yield from running_stack(tmp_path_factory.mktemp("stack"), "integration")
 
 
 @pytest.fixture(scope="session")
@@ -35,11 +28,7 @@ def stack(local_stack: LocalStack) -> StackInfo:
 
 @pytest.fixture(scope="session")
 def clusters(stack: StackInfo) -> dict[str, client.ApiClient]:
-    """An admin API client per cluster: ``app`` and ``control-plane``."""
-    return {
-        name: config.new_client_from_config(config_file=info.kubeconfig)
-        for name, info in stack.clusters.items()
-    }
+    return admin_clients(stack)
 
 
 @dataclass(frozen=True)

@@ -223,6 +223,17 @@ def forbidden(call: Callable[[], object]) -> bool:
     return False
 
 
+def local_values(stack: StackInfo, tmp_path: Path, **extra: Any) -> Path:
+    """A values file pointing the chart at the local Control Plane, plus ``extra`` values."""
+    local = tmp_path / "control-plane-values.yaml"
+    control_plane = {
+        "server": stack.clusters["control-plane"].url,
+        "certificateAuthority": ca_pem(stack),
+    }
+    local.write_text(yaml.safe_dump({"controlPlane": control_plane, **extra}))
+    return local
+
+
 def binder_token(kube: Kube, namespace: str) -> str:
     secret = kube.get(SECRETS, namespace, BINDER_SECRET)
     assert secret is not None
@@ -238,17 +249,8 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
     tmp_path: Path,
 ) -> None:
     release = f"rbac-{uuid.uuid4().hex[:6]}"
-    local = tmp_path / "control-plane-values.yaml"
-    local.write_text(
-        yaml.safe_dump(
-            {
-                "controlPlane": {
-                    "server": stack.clusters["control-plane"].url,
-                    "certificateAuthority": ca_pem(stack),
-                },
-                "reconciler": {"config": {"platform": {"url": "file:///srv/platform.git"}}},
-            }
-        )
+    local = local_values(
+        stack, tmp_path, reconciler={"config": {"platform": {"url": "file:///srv/platform.git"}}}
     )
     docs = render([VALUE_SETS["default"], local], namespace=namespace.name, release=release)
     rbac = [doc for doc in docs if doc["kind"] in RBAC_KINDS]

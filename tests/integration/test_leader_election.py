@@ -26,7 +26,7 @@ from tests.helm import VALUE_SETS, render
 
 from .conftest import TwinNamespace
 from .gitops import eventually
-from .test_chart import by_component, ca_pem, identity, kubectl
+from .test_chart import by_component, identity, kubectl, local_values
 
 # Short, so a takeover after an expiry stays quick; the checks only wait, never time anything.
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 3.0, 2.0, 0.2
@@ -198,17 +198,7 @@ def chart_identity(
 ) -> tuple[LeaderElection, Kube]:
     """Apply the chart's RBAC for ``values`` and act as its reconciler ServiceAccount, with the
     Lease settings of its config (durations shortened)."""
-    local = tmp_path / "control-plane-values.yaml"
-    local.write_text(
-        yaml.safe_dump(
-            {
-                "controlPlane": {
-                    "server": stack.clusters["control-plane"].url,
-                    "certificateAuthority": ca_pem(stack),
-                }
-            }
-        )
-    )
+    local = local_values(stack, tmp_path)
     release = f"lease-{uuid.uuid4().hex[:6]}"
     docs = render([VALUE_SETS[values], local], namespace=namespace.name, release=release)
     rbac = [doc for doc in docs if doc["kind"] in {"ServiceAccount", "Role", "RoleBinding"}]

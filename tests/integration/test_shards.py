@@ -39,6 +39,18 @@ SHARDS = 8
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 3.0, 2.0, 0.2
 
 
+def sharded(namespace: str) -> LeaderElection:
+    return LeaderElection(
+        enabled=True,
+        namespace=namespace,
+        name=f"shards-{uuid.uuid4().hex[:6]}",
+        lease_duration=LEASE_DURATION,
+        renew_deadline=RENEW_DEADLINE,
+        retry_period=RETRY_PERIOD,
+        shards=SHARDS,
+    )
+
+
 class Replicas:
     """In-process reconciler replicas with one registration list and one set of Leases."""
 
@@ -81,6 +93,10 @@ class Replicas:
     def owners(self, repository: str) -> list[str]:
         return [name for name, replica in self.running.items() if repository in replica.syncs]
 
+    def held(self) -> list[set[int]]:
+        """The shards each running replica holds."""
+        return [set(r.shards.held()) for r in self.running.values() if r.shards is not None]
+
     def each_owned_once(self) -> bool:
         return all(len(self.owners(r.name)) == 1 for r in self.repositories)
 
@@ -96,15 +112,7 @@ def fleet(
     for home in homes:
         home.mkdir()
     tenants = [make_tenant(stack, clusters, home, start=False) for home in homes]
-    election = LeaderElection(
-        enabled=True,
-        namespace=namespace.name,
-        name=f"shards-{uuid.uuid4().hex[:6]}",
-        lease_duration=LEASE_DURATION,
-        renew_deadline=RENEW_DEADLINE,
-        retry_period=RETRY_PERIOD,
-        shards=SHARDS,
-    )
+    election = sharded(namespace.name)
     repositories = tuple(t.config.repositories[0] for t in tenants)
     replicas = Replicas(stack, repositories, election, tmp_path / "replicas")
     yield tenants, replicas
@@ -115,8 +123,7 @@ def fleet(
 def settled_owner(replicas: Replicas, repository: str) -> str | None:
     """The one replica on ``repository`` once every replica sees every other and none holds a
     shard that is not its own (replicas started one after another hand shards over first)."""
-    running = [r.shards for r in replicas.running.values() if r.shards is not None]
-    held = [set(shards.held()) for shards in running]
+    held = replicas.held()
     owners = replicas.owners(repository)
     settled = sum(len(h) for h in held) == SHARDS and all(h for h in held)
     return owners[0] if settled and len(owners) == 1 else None
@@ -216,7 +223,10 @@ def test_replicas_share_repositories_and_hand_them_over(
         timeout=60,
     )
     eventually(replicas.each_owned_once, "every repository on one replica again", timeout=60)
-    held = [set(r.shards.held()) for r in replicas.running.values() if r.shards]
+    eventually(  # a shard being handed over is held by nobody for a round
+        lambda: set().union(*replicas.held()) == set(range(SHARDS)), "every shard held", 60
+    )
+    held = replicas.held()
     assert set().union(*held) == set(range(SHARDS))
     assert sum(len(h) for h in held) == SHARDS  # no shard held twice
     leases, _ = tenant.control_plane.list(
@@ -249,15 +259,7 @@ def test_a_changed_binder_secret_restarts_the_registration_where_it_is_held(
             namespace=tenant.consumer, name=BINDER_SECRET, key="kubeconfig"
         ),
     )
-    election = LeaderElection(
-        enabled=True,
-        namespace=namespace.name,
-        name=f"shards-{uuid.uuid4().hex[:6]}",
-        lease_duration=LEASE_DURATION,
-        renew_deadline=RENEW_DEADLINE,
-        retry_period=RETRY_PERIOD,
-        shards=SHARDS,
-    )
+    election = sharded(namespace.name)
     replicas = Replicas(stack, (spec,), election, tmp_path / "replicas")
     try:
         for name in ("a", "b"):
