@@ -11,7 +11,7 @@ SETUP  := $(VENV)/.setup-done
 DEBIAN_PACKAGES := slapd postgresql
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debian-packages bins run down status test unit integration chaos bench lint format clean
+.PHONY: setup debian-packages bins run down status test unit integration chaos security bench lint format clean
 
 $(SETUP): pyproject.toml
 	@test -x /usr/sbin/slapd && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 \
@@ -51,6 +51,9 @@ integration: bins
 
 chaos: bins            ## the fault tier alone: components killed and restarted mid-work (tests/chaos)
 	$(BIN)/pytest -m chaos
+
+security: bins         ## the adversarial tier alone: a hostile tenant against the real local stack (tests/security)
+	$(BIN)/pytest -m security
 
 bench: bins            ## reconciler benchmarks on a dedicated local stack (bench/README.md)
 	$(BIN)/python -m bench.reconciler

@@ -1,13 +1,86 @@
 """Tiers follow folders: tests/unit is marked ``unit``, tests/integration ``integration``,
-tests/chaos ``chaos``."""
+tests/chaos ``chaos``, tests/security ``security``.
 
+The real local stack is started once per run, by the first test that asks for it; the integration
+and security tiers share it (each test gets its own namespaces), the chaos tier starts its own.
+"""
+
+
+from __future__ import annotations
+
+import ssl
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
+from kubernetes import client
+
+from klutch_gitops.localstack.stack import LocalStack, StackInfo
+from tests.stack import admin_clients, running_stack
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    yield from running_stack(tmp_path_factory.mktemp("stack"), "integration")
+
+
+@pytest.fixture(scope="session")
+def stack(local_stack: LocalStack) -> StackInfo:
+    assert local_stack.info is not None
+    return local_stack.info
+
+
+@pytest.fixture(scope="session")
+def clusters(stack: StackInfo) -> dict[str, client.ApiClient]:
+    return admin_clients(stack)
+
+
+@dataclass(frozen=True)
+class TwinNamespace:
+    name: str
+    clusters: dict[str, client.ApiClient]
+
+    def core(self, cluster: str) -> client.CoreV1Api:
+        return client.CoreV1Api(self.clusters[cluster])
+
+
+@pytest.fixture
+def namespace(
+    clusters: dict[str, client.ApiClient], request: pytest.FixtureRequest
+) -> Iterator[TwinNamespace]:
+    """A fresh namespace of the same name in both clusters, deleted after the test."""
+    name = f"t-{request.node.name[:40].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:6]}"
+    name = "".join(c for c in name if c.isalnum() or c == "-")
+    for api in clusters.values():
+        client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(
+                metadata=client.V1ObjectMeta(name=name, labels={"klutch-gitops/test": "true"})
+            )
+        )
+    yield TwinNamespace(name, clusters)
+    for api in clusters.values():
+        client.CoreV1Api(api).delete_namespace(name)
+
+
+@pytest.fixture(scope="module")
+def oidc(stack: StackInfo) -> Iterator[httpx.Client]:
+    """An HTTP client that trusts the stack's Dex."""
+    with httpx.Client(verify=ssl.create_default_context(cafile=stack.dex.ca), timeout=10.0) as http:
+        yield http
+
+
+@pytest.fixture(scope="module")
+def discovery(oidc: httpx.Client, stack: StackInfo) -> dict:
+    response = oidc.get(f"{stack.dex.issuer}/.well-known/openid-configuration")
+    response.raise_for_status()
+    return response.json()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         tier = Path(item.fspath).parent.name
-        if tier in ("unit", "integration", "chaos"):
+        if tier in ("unit", "integration", "chaos", "security"):
             item.add_marker(getattr(pytest.mark, tier))
