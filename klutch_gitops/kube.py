@@ -3,7 +3,7 @@
 The reconciler knows every resource's group, version and plural from the APIServiceExports, so it
 builds paths directly instead of paying the dynamic client's discovery round-trips (and its stale
 cache when CRDs appear at run time). Authentication comes from the official client's kubeconfig
-handling.
+handling for the platform's own files, and from ``tenant_kubeconfig`` for kubeconfigs tenants give.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from urllib.parse import quote
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+
+from klutch_gitops import tenant_kubeconfig
 
 FIELD_MANAGER = "klutch-gitops"
 
@@ -97,7 +99,13 @@ class KubeError(Exception):
 def api_client(
     kubeconfig: Path | str | Mapping[str, Any], context: str | None = None
 ) -> client.ApiClient:
-    """An ApiClient from a kubeconfig file path, kubeconfig YAML text, or a parsed kubeconfig."""
+    """An ApiClient from a kubeconfig file path, kubeconfig YAML text, or a parsed kubeconfig.
+
+    Only a Path goes through the kubernetes client's loader (exec plugins, ``tokenFile`` with
+    reloading, file paths): such files are the platform team's own, named in its config or on a
+    command line. Text and mappings come from bind requests and Secrets, which tenants write, so
+    they are parsed strictly by ``tenant_kubeconfig`` (KubeconfigRefused names what is refused).
+    """
     if isinstance(kubeconfig, Path):
         api = config.new_client_from_config(config_file=str(kubeconfig), context=context)
         token_file = _token_file(yaml.safe_load(kubeconfig.read_text()), context)
@@ -106,8 +114,9 @@ def api_client(
                 kubeconfig.parent / token_file
             )
         return api
-    loaded = yaml.safe_load(kubeconfig) if isinstance(kubeconfig, str) else dict(kubeconfig)
-    return config.new_client_from_config_dict(loaded, context=context)
+    if context is not None:
+        raise ValueError("context applies to kubeconfig files only: a tenant's has one context")
+    return tenant_kubeconfig.load_client(kubeconfig)
 
 
 def _token_file(kubeconfig: Any, context: str | None) -> str | None:
