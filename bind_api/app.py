@@ -34,6 +34,7 @@ from bind_api.oidc import (
     TokenError,
 )
 from bind_api.web import BrowserLogin, browser_router
+from klutch_gitops import tenant_kubeconfig
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import NAMESPACES, Kube
 from klutch_gitops.urls import normalize_repo_url, redact
@@ -75,6 +76,19 @@ class BindingIn(BaseModel):
     apis: list[str] = Field(min_length=1)
     repository: RepositoryIn | None = None
     app_kubeconfig: str | None = Field(default=None, alias="appKubeconfig", repr=False)
+
+    @field_validator("app_kubeconfig")
+    @classmethod
+    def _tenant_kubeconfig(cls, text: str | None) -> str | None:
+        """Checked before anything is bound, as the reconciler checks it again before use: a
+        kubeconfig that could run a command, read a file or reach a proxy is a 422 naming the
+        field (``users[0].user.exec``) and the fix, never a stored Secret."""
+        if text is not None:
+            try:
+                tenant_kubeconfig.parse(text)
+            except KlutchError as error:
+                raise ValueError(f"{error.message} (fix: {error.fix})") from None
+        return text
 
 
 def create_app(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kubernetes import client
 
+from klutch_gitops import tenant_kubeconfig
 from klutch_gitops.config import GitCredentialsRef, RepositorySpec, SecretRef
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Credentials
@@ -129,13 +130,28 @@ class Resolver:
         return Path(name)
 
     def _client(self, ref: SecretRef, what: str, namespace: str) -> client.ApiClient:
-        text = self.value(ref, what, namespace).decode(errors="replace")
+        """A client for a referenced kubeconfig, checked again on every (re)start.
+
+        A file named in the platform team's config goes through the kubernetes client's loader
+        (exec plugins and ``tokenFile`` reloading work there, paths relative to the file). Every
+        other kubeconfig (a Secret, which a RepositoryBinding always names, or an environment
+        variable) is parsed strictly by ``tenant_kubeconfig``: a refused field never reaches the
+        loader and becomes the registration's error (a RepositoryBinding's SecretValid).
+        """
+        if ref.file is None:
+            text = self.value(ref, what, namespace)
+            try:
+                return tenant_kubeconfig.load_client(text)
+            except KlutchError as error:
+                raise KlutchError(
+                    f"{what} is not a usable kubeconfig: {error.message}", error.fix
+                ) from None
         try:
-            return api_client(text)
+            return api_client(ref.file)
         except Exception as error:  # the kubeconfig loader raises many types for bad input
             raise KlutchError(
                 f"{what} is not a usable kubeconfig ({type(error).__name__}: {error})"[:500],
-                "store a complete kubeconfig (clusters, users, contexts) under the referenced key",
+                f"fix the kubeconfig file {ref.file}",
             ) from None
 
     def binding(self, spec: RepositorySpec) -> Binding:

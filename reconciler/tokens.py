@@ -8,7 +8,9 @@ own times, not polled), then requests a new token, writes it into the same kubec
 CA stay as bind wrote them) and tells the manager, which restarts the bindings that use it.
 
 The token is decoded without verifying its signature: we issued it, and its times only schedule
-the renewal. Tokens never reach logs or Events.
+the renewal. Tokens never reach logs or Events. The Secret's YAML is read within the bounds of
+``tenant_kubeconfig.load``; the renewer connects with the admin client only, and the kubeconfig
+itself is checked strictly where a registration uses it (``reconciler.binding``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from bind_api.consumer import BINDER_KUBECONFIG_LABEL, binder_token
+from klutch_gitops import tenant_kubeconfig
 from klutch_gitops.config import TokenRenewal
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.informer import Informer, object_key
@@ -86,9 +89,11 @@ def binder_user(secret: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, An
     if not encoded:
         raise KlutchError(f"it has no key {KEY!r}", FIX)
     try:
-        kubeconfig = yaml.safe_load(base64.b64decode(encoded))
-    except (ValueError, yaml.YAMLError):  # no details: they could quote the token
-        raise KlutchError(f"key {KEY!r} is not valid YAML", FIX) from None
+        kubeconfig = tenant_kubeconfig.load(base64.b64decode(encoded).decode())
+    except (ValueError, KlutchError):  # no details: they could quote the token
+        raise KlutchError(
+            f"key {KEY!r} is not valid YAML of at most {tenant_kubeconfig.MAX_BYTES} bytes", FIX
+        ) from None
     try:
         current = kubeconfig["current-context"]
         context = next(c["context"] for c in kubeconfig["contexts"] if c["name"] == current)
