@@ -7,6 +7,7 @@ bindings: a consumer namespace belongs to the OIDC subject recorded in its ident
 """
 
 import logging
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Response
@@ -14,18 +15,21 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from pydantic import BaseModel, Field, field_validator
 
+from bind_api import inputs
 from bind_api.authz import may_bind
 from bind_api.bindings import (
     BindingRequest,
+    Refused,
     Repository,
     bind,
     find_templates,
     list_templates,
     offered,
+    owned_by,
     unbind,
 )
 from bind_api.config import BindApiConfig
-from bind_api.consumer import IDENTITY_ANNOTATION
+from bind_api.consumer import IDENTITY_ANNOTATION, owner_of
 from bind_api.oidc import (
     REFETCH_INTERVAL,
     IssuerUnavailable,
@@ -49,7 +53,9 @@ class RepositoryIn(BaseModel):
     url: str
     branch: str = "main"
     path: str = "."
-    app_namespaces: list[str] = Field(alias="appNamespaces", min_length=1)
+    app_namespaces: list[str] = Field(
+        alias="appNamespaces", min_length=1, max_length=inputs.MAX_APP_NAMESPACES
+    )
     username: str | None = None
     password: str | None = Field(default=None, repr=False)
     ssh_private_key: str | None = Field(default=None, alias="sshPrivateKey", repr=False)
@@ -70,12 +76,24 @@ class RepositoryIn(BaseModel):
             raise ValueError(f"{error.message} ({error.fix})") from None
         return url
 
+    @field_validator("app_namespaces")
+    @classmethod
+    def _namespace_names(cls, names: list[str]) -> list[str]:
+        """DNS-1123 labels, each once: checked before anything is bound (no orphan Secret)."""
+        return inputs.app_namespaces(names)
+
 
 class BindingIn(BaseModel):
     cluster_id: str = Field(alias="clusterId", min_length=1, max_length=253)
-    apis: list[str] = Field(min_length=1)
+    apis: list[str] = Field(min_length=1, max_length=64)
     repository: RepositoryIn | None = None
     app_kubeconfig: str | None = Field(default=None, alias="appKubeconfig", repr=False)
+
+    @field_validator("cluster_id")
+    @classmethod
+    def _cluster_id(cls, value: str) -> str:
+        """Half of the identity annotation: never a '#', never a control character."""
+        return inputs.cluster_id(value)
 
     @field_validator("app_kubeconfig")
     @classmethod
@@ -133,7 +151,8 @@ def create_app(
 
     @app.exception_handler(KlutchError)
     def klutch_error(_request: Any, error: KlutchError) -> JSONResponse:
-        return JSONResponse({"error": error.message, "fix": error.fix}, status_code=400)
+        status = error.status if isinstance(error, Refused) else 400
+        return JSONResponse({"error": error.message, "fix": error.fix}, status_code=status)
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:
@@ -184,6 +203,7 @@ def create_app(
                 app_kubeconfig=body.app_kubeconfig,
             ),
             prefix=config.consumer_prefix,
+            limit=config.bindings_per_identity,
         )
         requests.labels("bind", "ok").inc()
         log.info(
@@ -236,25 +256,17 @@ def _repository(body: RepositoryIn | None) -> Repository | None:
     )
 
 
-def _owned(admin: Kube, caller: Principal) -> list[dict]:
-    """Consumer namespaces whose identity annotation names the caller's subject."""
-    items, _ = admin.list(NAMESPACES)
-    prefix = f"{caller.subject}#"
-    return [
-        ns
-        for ns in items
-        if ((ns["metadata"].get("annotations") or {}).get(IDENTITY_ANNOTATION) or "").startswith(
-            prefix
-        )
-    ]
+def _owned(admin: Kube, caller: Principal) -> list[Mapping[str, Any]]:
+    """Consumer namespaces whose identity annotation names exactly the caller's subject."""
+    return owned_by(admin.list(NAMESPACES)[0], caller.subject)
 
 
-def _binding_view(admin: Kube, namespace: dict) -> dict[str, Any]:
+def _binding_view(admin: Kube, namespace: Mapping[str, Any]) -> dict[str, Any]:
     identity = namespace["metadata"]["annotations"][IDENTITY_ANNOTATION]
     repositories, _ = admin.list(REPOSITORY_BINDINGS, namespace["metadata"]["name"])
     return {
         "consumerNamespace": namespace["metadata"]["name"],
-        "clusterId": identity.partition("#")[2],
+        "clusterId": owner_of(identity)[1],
         "created": namespace["metadata"].get("creationTimestamp"),
         "repositories": [
             {

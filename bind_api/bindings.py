@@ -29,10 +29,15 @@ from bind_api.consumer import (
     FIELD_MANAGER,
     IDENTITY_ANNOTATION,
     binder_kubeconfig,
-    consumer_objects,
+    consumer_namespace,
     export_from_crd,
+    identity_annotation,
+    identity_of,
+    legacy_consumer_namespace,
+    namespace_object,
+    namespaced_objects,
+    owner_of,
 )
-from bind_api.consumer import consumer_namespace as consumer_namespace_name
 from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, CONSUMER_LABEL, GROUP
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource
@@ -53,6 +58,14 @@ BINDER_SECRET = "klutch-binder-kubeconfig"  # noqa: S105 - a Secret's name, not 
 SOURCE_HASH_ANNOTATION = "klutch.anynines.com/source-spec-hash"
 PROVIDER_PRETTY_NAME = "klutch-gitops"
 SUCCEEDED, FAILED = "Succeeded", "Failed"
+
+
+class Refused(KlutchError):
+    """A refusal with the HTTP status the bind API answers it with."""
+
+    def __init__(self, status: int, message: str, fix: str) -> None:
+        super().__init__(message, fix)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -245,13 +258,17 @@ def cluster_binding(namespace: str) -> dict[str, Any]:
     }
 
 
-def repository_binding_name(url: str, path: str) -> str:
+def repository_binding_name(url: str, path: str, namespace: str) -> str:
     """Readable and stable: the repository's last URL segment plus a hash of URL and path.
 
-    Kept to 40 characters, so ``<consumer namespace>.<name>`` still fits the reconciler's 63.
+    At most 40 characters, and short enough that ``<namespace>.<name>``, the reconciler's name of
+    the registration, keeps the hash within 63 (names under the 10-hex-digit consumer namespaces
+    stay what they were).
     """
+    budget = min(31, 63 - len(namespace) - 1 - 9)
     base = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1].removesuffix(".git")
-    slug = re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")[:31].strip("-") or "repo"
+    slug = re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")[: max(budget, 4)].strip("-")
+    slug = slug or "repo"
     digest = hashlib.sha256(f"{url}#{path}".encode()).hexdigest()[:8]
     return f"{slug}-{digest}"
 
@@ -271,7 +288,7 @@ def repository_objects(
     namespace: str, repository: Repository, app_kubeconfig: str
 ) -> list[tuple[Resource, dict[str, Any]]]:
     """The RepositoryBinding and its Secrets: App kubeconfig and, when given, Git credentials."""
-    name = repository_binding_name(repository.url, repository.path)
+    name = repository_binding_name(repository.url, repository.path, namespace)
     spec: dict[str, Any] = {
         "url": repository.url,
         "branch": repository.branch,
@@ -301,23 +318,109 @@ def repository_objects(
 # -- I/O --------------------------------------------------------------------------------------
 
 
+def owned_by(namespaces: Iterable[Mapping[str, Any]], subject: str) -> list[Mapping[str, Any]]:
+    """The consumer namespaces whose identity names exactly ``subject``."""
+    return [
+        ns
+        for ns in namespaces
+        if (identity := identity_annotation(ns)) is not None and owner_of(identity)[0] == subject
+    ]
+
+
+def check_owner(namespace: str, live: Mapping[str, Any] | None, identity: str) -> None:
+    """A namespace that exists must be this identity's, and not on its way out."""
+    if live is None:
+        return
+    if identity_annotation(live) != identity:
+        raise Refused(
+            409,
+            f"namespace {namespace} already exists on the Control Plane and does not belong to "
+            "this identity; nothing was bound",
+            f"ask the platform team to look at namespace {namespace}: it must be removed before "
+            "this App Cluster can bind",
+        )
+    if live["metadata"].get("deletionTimestamp"):
+        raise Refused(
+            409,
+            f"consumer namespace {namespace} is being deleted (an unbind is in progress)",
+            "bind again once the unbind has finished",
+        )
+
+
+def check_limit(owned: int, limit: int | None) -> None:
+    """A new binding may not take an identity past ``limit`` bindings."""
+    if limit is not None and owned >= limit:
+        raise Refused(
+            429,
+            f"this identity already has {owned} bindings, the limit is {limit}; nothing was bound",
+            "unbind one you no longer need (klutch-bind status, then klutch-bind unbind "
+            "<consumer namespace>), or ask the platform team to raise bindingsPerIdentity",
+        )
+
+
+def choose_namespace(
+    admin: Kube, subject: str, cluster_id: str, prefix: str
+) -> tuple[str, dict | None]:
+    """The consumer namespace of this identity and its live object, if any.
+
+    A consumer bound under the old 40-bit name keeps it when that namespace carries exactly this
+    identity, so binding again stays idempotent; everyone else gets the 130-bit name.
+    """
+    identity = identity_of(subject, cluster_id)
+    legacy = legacy_consumer_namespace(subject, cluster_id, prefix)
+    live = admin.get(NAMESPACES, None, legacy)
+    if identity_annotation(live) == identity:
+        return legacy, live
+    name = consumer_namespace(subject, cluster_id, prefix)
+    return name, admin.get(NAMESPACES, None, name)
+
+
+def claim_namespace(admin: Kube, namespace: str, identity: str) -> None:
+    """Create the consumer namespace, or verify that the one there is this identity's.
+
+    Never applied over: a namespace made meanwhile for someone else stays theirs (409).
+    """
+    try:
+        admin.create(NAMESPACES, namespace_object(namespace, identity))
+    except KubeError as error:
+        if not error.conflict:
+            raise
+        check_owner(namespace, admin.get(NAMESPACES, None, namespace), identity)
+
+
 def bind(
     admin: Kube,
     request: BindingRequest,
     *,
     prefix: str = "cluster",
     template_namespace: str | None = None,
+    limit: int | None = None,
 ) -> BindingResult:
-    """Create or update everything the binding consists of; binding again changes nothing."""
+    """Create or update everything the binding consists of; binding again changes nothing.
+
+    Everything is checked before the first object is written: the templates, that the consumer
+    namespace is free or this identity's (409), and the identity's binding limit (429).
+    """
     if request.repository is not None and not request.app_kubeconfig:
         raise KlutchError(
             "a repository binding needs the App Cluster kubeconfig",
             "pass the kubeconfig the reconciler should use for the App Cluster",
         )
     templates = find_templates(admin, request.apis, template_namespace)
-    namespace = consumer_namespace_name(request.identity, request.cluster_id, prefix)
-    identity = f"{request.identity}#{request.cluster_id}"
-    _apply_all(admin, consumer_objects(namespace, identity, ()))
+    identity = identity_of(request.identity, request.cluster_id)
+    namespace, live = choose_namespace(admin, request.identity, request.cluster_id, prefix)
+    check_owner(namespace, live, identity)
+    if live is None and limit is not None:
+        check_limit(len(owned_by(admin.list(NAMESPACES)[0], request.identity)), limit)
+    claim_namespace(admin, namespace, identity)
+    _apply_all(admin, namespaced_objects(namespace, ()))
+    repository = (
+        repository_objects(namespace, request.repository, request.app_kubeconfig)
+        if request.repository is not None and request.app_kubeconfig
+        else []
+    )
+    if repository:
+        _dry_run(admin, *repository[-1])  # the CRD's refusal comes before any Secret is written
     phases = {api: _export(admin, namespace, template) for api, template in templates.items()}
     kubeconfig = yaml.safe_dump(binder_kubeconfig(admin, namespace), sort_keys=False)
     objects = [
@@ -331,19 +434,30 @@ def bind(
             ),
         ),
         (CLUSTER_BINDINGS, cluster_binding(namespace)),
+        *repository,
     ]
-    repository_binding = None
-    if request.repository is not None and request.app_kubeconfig:
-        objects += repository_objects(namespace, request.repository, request.app_kubeconfig)
-        repository_binding = objects[-1][1]["metadata"]["name"]
     _apply_all(admin, objects)
     return BindingResult(
         consumer_namespace=namespace,
         exports=tuple(api for api, phase in phases.items() if phase == SUCCEEDED),
         phases=phases,
-        repository_binding=repository_binding,
+        repository_binding=repository[-1][1]["metadata"]["name"] if repository else None,
         kubeconfig=kubeconfig,
     )
+
+
+def _dry_run(admin: Kube, resource: Resource, body: dict[str, Any]) -> None:
+    try:
+        admin.apply(resource, body, field_manager=FIELD_MANAGER, force=True, dry_run=True)
+    except KubeError as error:
+        if error.status not in (400, 422):
+            raise
+        raise Refused(
+            422,
+            f"the Control Plane refused the {resource.kind}: {error.message}; nothing of the "
+            "repository was written",
+            "correct the repository fields it names and bind again",
+        ) from None
 
 
 def _export(admin: Kube, namespace: str, template: dict) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from klutch_gitops.config import NAME_PATTERN, FieldReader, SecretRef, read_config_file
 
 DEFAULT_SCOPES = ("openid", "email", "profile", "groups")
+DEFAULT_BINDINGS_PER_IDENTITY = 50
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,8 @@ class BrowserFlow:
     ``external_url`` is where browsers reach the bind API (its ``/callback`` is the redirect URI
     registered with the issuer). ``session_key`` signs the OAuth ``state`` and encrypts the
     session cookies; replicas behind one URL must share it. Without one, a random key is made at
-    start-up, so a restart ends logins in progress.
+    start-up, so a restart ends logins in progress. ``session_namespace`` holds, on the Control
+    Plane, a Lease per bind session used, so a replayed ``POST /bind`` on any replica binds nothing.
     """
 
     external_url: str
@@ -25,6 +27,7 @@ class BrowserFlow:
     client_secret: SecretRef
     session_key: SecretRef | None = None
     scopes: tuple[str, ...] = DEFAULT_SCOPES
+    session_namespace: str = "default"
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class BindApiConfig:
     default_allowed_groups: tuple[str, ...] = ()
     consumer_prefix: str = "cluster"
     browser: BrowserFlow | None = None
+    bindings_per_identity: int = DEFAULT_BINDINGS_PER_IDENTITY
 
 
 def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
@@ -54,6 +58,7 @@ def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
             "defaultAllowedGroups",
             "consumerNamespacePrefix",
             "browser",
+            "bindingsPerIdentity",
         },
     )
     control_plane = reader.own_kubeconfig(data.get("controlPlane"), "the bind API")
@@ -100,6 +105,14 @@ def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
         pattern=NAME_PATTERN,
         fix="use a short DNS label like cluster",
     )
+    limit = data.get("bindingsPerIdentity", DEFAULT_BINDINGS_PER_IDENTITY)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        reader.problem(
+            "bindingsPerIdentity",
+            f"{limit!r} is not a positive whole number",
+            f"set how many bindings one person may hold, e.g. {DEFAULT_BINDINGS_PER_IDENTITY}",
+        )
+        limit = DEFAULT_BINDINGS_PER_IDENTITY
     browser = _browser(reader, data.get("browser"))
     reader.check()
     assert control_plane is not None  # no problems means it was read
@@ -115,6 +128,7 @@ def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
         default_allowed_groups=tuple(groups),
         consumer_prefix=prefix or "cluster",
         browser=browser,
+        bindings_per_identity=limit,
     )
 
 
@@ -123,7 +137,9 @@ def _browser(reader: FieldReader, data: object) -> BrowserFlow | None:
         return None
     where = "browser"
     browser = reader.mapping(
-        data, where, {"externalURL", "clientId", "clientSecret", "sessionKey", "scopes"}
+        data,
+        where,
+        {"externalURL", "clientId", "clientSecret", "sessionKey", "scopes", "sessionNamespace"},
     )
     if not browser:
         return None
@@ -159,6 +175,14 @@ def _browser(reader: FieldReader, data: object) -> BrowserFlow | None:
             f"e.g. {list(DEFAULT_SCOPES)} (groups carry the authorisation)",
         )
         scopes = list(DEFAULT_SCOPES)
+    session_namespace = reader.string(
+        browser,
+        "sessionNamespace",
+        where,
+        default="default",
+        pattern=NAME_PATTERN,
+        fix="name the bind API's own namespace on the Control Plane",
+    )
     if url is None or client_id is None or secret is None:
         return None
     return BrowserFlow(
@@ -167,6 +191,7 @@ def _browser(reader: FieldReader, data: object) -> BrowserFlow | None:
         client_secret=secret,
         session_key=_own_secret(reader, browser.get("sessionKey"), f"{where}.sessionKey"),
         scopes=tuple(str(scope) for scope in scopes),
+        session_namespace=session_namespace or "default",
     )
 
 

@@ -23,6 +23,7 @@ FIELD_MANAGER = "klutch-gitops-bind"
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 IDENTITY_ANNOTATION = "example-backend.klutch.anynines.com/identity"
 TOKEN_SECONDS = 24 * 3600
+NAME_CHARACTERS = 26  # lowercase base32: 5 bits each, 130 in all
 # Marks the Secrets holding a binder kubeconfig, so the reconciler finds the tokens it must renew.
 BINDER_KUBECONFIG_LABEL = "klutch.anynines.com/binder-kubeconfig"
 PROVIDER_SECRETS = {
@@ -34,10 +35,43 @@ PROVIDER_SECRETS = {
 }
 
 
-def consumer_namespace(identity: str, cluster_id: str, prefix: str = "cluster") -> str:
-    """``<prefix>-<stable hash>``: the same person and App Cluster always get the same one."""
-    digest = hashlib.sha256(f"{identity}#{cluster_id}".encode()).hexdigest()[:10]
-    return f"{prefix}-{digest}"
+def identity_of(subject: str, cluster_id: str) -> str:
+    """The identity annotation's value: ``<OIDC subject>#<cluster ID>``.
+
+    A cluster ID never contains ``#`` (the bind API refuses it), so the last ``#`` splits the value
+    unambiguously, whatever the subject holds.
+    """
+    return f"{subject}#{cluster_id}"
+
+
+def owner_of(identity: str) -> tuple[str, str]:
+    """``(subject, cluster ID)`` of an identity annotation's value."""
+    subject, _, cluster_id = identity.rpartition("#")
+    return subject, cluster_id
+
+
+def consumer_namespace(subject: str, cluster_id: str, prefix: str = "cluster") -> str:
+    """``<prefix>-<26 base32 characters>``: 130 bits of SHA-256 of the identity.
+
+    The same person and App Cluster always get the same name, and nobody can find an identity of
+    their own that lands on someone else's name. 26 characters leave the mapped namespaces
+    ``<consumer>-<App namespace>`` room within the 63 of a DNS label.
+    """
+    digest = hashlib.sha256(identity_of(subject, cluster_id).encode()).digest()
+    return f"{prefix}-{base64.b32encode(digest).decode().lower()[:NAME_CHARACTERS]}"
+
+
+def legacy_consumer_namespace(subject: str, cluster_id: str, prefix: str = "cluster") -> str:
+    """The name before 130 bits (40 bits, 10 hex digits): kept by consumers bound under it."""
+    digest = hashlib.sha256(identity_of(subject, cluster_id).encode()).hexdigest()
+    return f"{prefix}-{digest[:10]}"
+
+
+def identity_annotation(namespace: Mapping[str, Any] | None) -> str | None:
+    """The identity a namespace was made for, or None for one that is not a consumer's."""
+    if namespace is None:
+        return None
+    return (namespace["metadata"].get("annotations") or {}).get(IDENTITY_ANNOTATION)
 
 
 def export_from_crd(
@@ -71,20 +105,30 @@ CONSUMER_RULES = [
 ]
 
 
+def namespace_object(namespace: str, identity: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": namespace, "annotations": {IDENTITY_ANNOTATION: identity}},
+    }
+
+
 def consumer_objects(
     namespace: str, identity: str, crds: Iterable[Mapping[str, Any]]
 ) -> list[tuple[Resource, dict[str, Any]]]:
     """The consumer's namespace, ServiceAccount, Role, RoleBinding and APIServiceExports."""
+    return [
+        (NAMESPACES, namespace_object(namespace, identity)),
+        *namespaced_objects(namespace, crds),
+    ]
+
+
+def namespaced_objects(
+    namespace: str, crds: Iterable[Mapping[str, Any]]
+) -> list[tuple[Resource, dict[str, Any]]]:
+    """What goes into a consumer namespace once it is known to be the consumer's."""
     meta = {"name": BINDER, "namespace": namespace}
     objects: list[tuple[Resource, dict[str, Any]]] = [
-        (
-            NAMESPACES,
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": namespace, "annotations": {IDENTITY_ANNOTATION: identity}},
-            },
-        ),
         (SERVICE_ACCOUNTS, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}),
         *binder_role(namespace, namespace, CONSUMER_RULES),
     ]

@@ -16,18 +16,17 @@ from klutch_gitops.config import SecretRef
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import Kube, api_client
 from klutch_gitops.oidc_client import http_client
+from klutch_gitops.serving import bounded_config
 
 
 def build_server(config: BindApiConfig) -> uvicorn.Server:
     admin = Kube(api_client(config.control_plane_kubeconfig))
     verifier = OIDCVerifier(config.issuer, config.audiences, ca=config.issuer_ca)
     browser = browser_login(config, config.browser) if config.browser else None
-    host, _, port = config.listen.rpartition(":")
     return uvicorn.Server(
-        uvicorn.Config(
+        bounded_config(
             create_app(config, admin, verifier, browser),
-            host=host or "127.0.0.1",
-            port=int(port),
+            config.listen,
             log_config=None,  # uvicorn logs through the root handler: JSON lines, scrubbed
             log_level="warning",
             access_log=False,

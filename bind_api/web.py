@@ -13,6 +13,8 @@
 4. ``GET /resources``: a page of the APIs the person may bind (and why not the others).
 5. ``POST /bind``: binds the chosen APIs at once (Klutch allows one per login) and redirects to
    the CLI's callback with ``?response=<base64 BindingResponse>``, as kube-bind's CLI expects.
+   A session binds once: its use is recorded on the Control Plane (``bind_api.ledger``), so the
+   same cookie and form replayed, on any replica, bind nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Annotated, Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import httpx
 from fastapi import APIRouter, Form, Request
@@ -34,9 +36,11 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from prometheus_client import Counter
 
+from bind_api import inputs
 from bind_api.authz import may_bind
 from bind_api.bindings import (
     BindingRequest,
+    Refused,
     bind,
     export_request,
     find_templates,
@@ -44,6 +48,7 @@ from bind_api.bindings import (
     offered,
 )
 from bind_api.config import BindApiConfig, BrowserFlow
+from bind_api.ledger import SessionLedger
 from bind_api.oidc import IssuerUnavailable, OIDCVerifier, TokenError
 from bind_api.sessions import SessionCodec, SessionError, fingerprint, same
 from klutch_gitops import __version__
@@ -57,8 +62,6 @@ LOGIN_COOKIE = "klutch_bind_login"
 SESSION_COOKIE = "klutch_bind_session"
 LOGIN_SECONDS = 600  # from /authorize to /callback: the time to type a password
 SESSION_SECONDS = 900  # from /callback to /bind: the time to choose APIs
-LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]", "::1"}
-MAX_PARAMETER = 253
 
 
 @dataclass
@@ -117,20 +120,17 @@ def binding_provider(external_url: str) -> dict[str, Any]:
 def cli_callback(params: Mapping[str, str]) -> tuple[str, str, str]:
     """The CLI's loopback callback URL, its session ID and the App Cluster ID from /authorize.
 
-    Accepts kubectl-bind's long names and its short ones (``p`` is the callback port).
+    Accepts kubectl-bind's long names and its short ones (``p`` is the callback port). The
+    callback must match ``inputs.CALLBACK`` whole and is rebuilt from its parts, so no spelling
+    that another parser reads as another host ever reaches a redirect.
     """
     redirect = params.get("redirect_url")
-    if not redirect and params.get("p"):
-        port = params["p"]
-        if not port.isdigit() or not 0 < int(port) < 65536:
-            raise FlowError(400, f"p={port!r} is not a port", "start again from the CLI")
-        redirect = f"http://localhost:{port}/callback"
     session_id = params.get("session_id") or params.get("s") or ""
     cluster_id = params.get("cluster_id") or params.get("c") or ""
     missing = [
         name
         for name, value in (
-            ("redirect_url", redirect),
+            ("redirect_url", redirect or params.get("p")),
             ("session_id", session_id),
             ("cluster_id", cluster_id),
         )
@@ -142,22 +142,16 @@ def cli_callback(params: Mapping[str, str]) -> tuple[str, str, str]:
             f"/authorize needs {', '.join(missing)}",
             "open the URL the CLI printed (kubectl bind / klutch-bind), not /authorize itself",
         )
-    assert redirect is not None
-    if len(session_id) > MAX_PARAMETER or len(cluster_id) > MAX_PARAMETER:
-        raise FlowError(400, "session_id or cluster_id is too long", "start again from the CLI")
-    target = urlsplit(redirect)
-    if (
-        target.scheme != "http"
-        or target.hostname is None
-        or target.port is None
-        or (target.hostname not in LOOPBACK_HOSTS and f"[{target.hostname}]" not in LOOPBACK_HOSTS)
-    ):
-        raise FlowError(
-            400,
-            f"redirect_url {redirect!r} is not a loopback callback",
-            "a binding is only ever handed to the CLI on this machine: "
-            "http://localhost:<port>/callback or http://127.0.0.1:<port>/callback",
-        )
+    try:
+        if redirect:
+            redirect = inputs.loopback_callback(redirect)
+        else:
+            redirect = f"http://localhost:{inputs.port(params['p'], 'p')}/callback"
+        inputs.session_id(session_id, "session_id" if "session_id" in params else "s")
+        inputs.cluster_id(cluster_id, "cluster_id" if "cluster_id" in params else "c")
+    except ValueError as error:
+        fix = inputs.CALLBACK_FIX if "callback" in str(error) else "start again from the CLI"
+        raise FlowError(400, str(error), fix) from None
     return redirect, session_id, cluster_id
 
 
@@ -187,6 +181,7 @@ def browser_router(
     config: BindApiConfig, admin: Any, login: BrowserLogin, requests: Counter
 ) -> APIRouter:
     router = APIRouter()
+    ledger = SessionLedger(admin, login.flow.session_namespace)
     pages = Jinja2Templates(
         env=Environment(
             loader=FileSystemLoader(str(files("bind_api") / "templates")),
@@ -338,11 +333,12 @@ def browser_router(
             apis = list(dict.fromkeys(api or []))
             if not apis:
                 raise FlowError(400, "no API chosen", "go back and tick at least one API")
-            response = _bind(config, admin, claims, apis)
+            response = _bind(config, admin, ledger, claims, apis)
         except FlowError as error:
             return failed(request, error, "bind")
         except KlutchError as error:
-            return failed(request, FlowError(400, error.message, error.fix), "bind")
+            status = error.status if isinstance(error, Refused) else 400
+            return failed(request, FlowError(status, error.message, error.fix), "bind")
         redirect = RedirectResponse(response_url(claims["redirect"], response), status_code=303)
         redirect.delete_cookie(SESSION_COOKIE)  # one binding per login: a replay finds nothing
         requests.labels("bind", "ok").inc()
@@ -395,6 +391,7 @@ def _complete_login(login: BrowserLogin, request: Request) -> dict[str, Any]:
         "session_id": cookie["session_id"],
         "cluster_id": cookie["cluster_id"],
         "csrf": secrets.token_urlsafe(24),
+        "jti": secrets.token_urlsafe(24),  # the session's ID in the ledger
     }
 
 
@@ -431,9 +428,13 @@ def _exchange(login: BrowserLogin, code: str, verifier: str) -> str:
 
 
 def _bind(
-    config: BindApiConfig, admin: Any, claims: Mapping[str, Any], apis: list[str]
+    config: BindApiConfig,
+    admin: Any,
+    ledger: SessionLedger,
+    claims: Mapping[str, Any],
+    apis: list[str],
 ) -> dict[str, Any]:
-    """Authorise every API, bind them as one, and answer with the BindingResponse."""
+    """Authorise every API, use up the session, bind them as one, answer with the response."""
     templates = find_templates(admin, apis)
     refused = [
         decision.reason
@@ -446,10 +447,22 @@ def _bind(
     ]
     if refused:
         raise FlowError(403, "; ".join(refused), "ask the platform team for access")
+    jti = claims.get("jti")
+    if not isinstance(jti, str) or not jti:
+        raise FlowError(
+            401, "no valid bind session: it carries no ID", "start again from the CLI to bind"
+        )
+    if not ledger.use(jti, int(claims["exp"])):
+        raise FlowError(
+            409,
+            "this bind session was already used, so this request bound nothing",
+            "start again from the CLI (kubectl bind / klutch-bind) to bind again",
+        )
     result = bind(
         admin,
         BindingRequest(identity=claims["sub"], cluster_id=claims["cluster_id"], apis=tuple(apis)),
         prefix=config.consumer_prefix,
+        limit=config.bindings_per_identity,
     )
     log.info(
         "bound",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 
 import uvicorn
@@ -10,8 +9,11 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from klutch_gitops.serving import bounded_config, serve_in_thread
 from reconciler.metrics import REGISTRY
 from reconciler.webhooks import PullRequestEvent, PushEvent, webhook_router
+
+WEBHOOK_BODY_BYTES = 25 * 1000 * 1000
 
 
 def create_app(
@@ -43,12 +45,14 @@ def create_app(
 
 
 def serve(app: FastAPI, listen: str) -> uvicorn.Server:
-    """Run ``app`` on ``host:port`` in a background thread; ``server.should_exit`` stops it."""
-    host, _, port = listen.rpartition(":")
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, host=host or "127.0.0.1", port=int(port), log_level="warning", access_log=False
-        )
+    """Run ``app`` on ``host:port`` in a background thread; ``server.should_exit`` stops it.
+
+    Requests get a receive deadline and header limit (``klutch_gitops.serving``); bodies are
+    capped at GitHub's own webhook payload cap (25 MB, "About webhook events and payloads").
+    """
+    return serve_in_thread(
+        bounded_config(
+            app, listen, max_body_bytes=WEBHOOK_BODY_BYTES, log_level="warning", access_log=False
+        ),
+        "http",
     )
-    threading.Thread(target=server.run, name="http", daemon=True).start()
-    return server

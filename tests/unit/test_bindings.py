@@ -10,15 +10,27 @@ from bind_api.bindings import (
     BINDER_SECRET,
     FAILED,
     SUCCEEDED,
+    Refused,
     Repository,
+    check_limit,
+    check_owner,
     export_object,
     export_request,
     match_templates,
     missing_crd,
+    owned_by,
     repository_binding_name,
     repository_objects,
     request_status,
 )
+from bind_api.consumer import (
+    IDENTITY_ANNOTATION,
+    consumer_namespace,
+    identity_of,
+    legacy_consumer_namespace,
+    owner_of,
+)
+from bind_api.namespaces import mapped_namespace
 from klutch_gitops.errors import KlutchError
 
 SECRETS_CLAIM = {"group": "", "resource": "secrets", "selector": {"owner": "Provider"}}
@@ -133,15 +145,28 @@ def test_request_status_phases() -> None:
     }
 
 
+LEGACY_CONSUMER = "cluster-0123456789"
+CONSUMER = consumer_namespace("alice", "app-1")
+
+
 def test_repository_binding_name_is_stable_short_and_path_specific() -> None:
     url = "https://git.example.com/Team/Orders_Service.git"
-    name = repository_binding_name(url, "claims")
-    assert name == repository_binding_name(url, "claims")
+    name = repository_binding_name(url, "claims", LEGACY_CONSUMER)
+    assert name == repository_binding_name(url, "claims", LEGACY_CONSUMER)
     assert name.startswith("orders-service-")
-    assert name != repository_binding_name(url, "other")
-    long = repository_binding_name("git@host:" + "x" * 200, ".")
+    assert name != repository_binding_name(url, "other", LEGACY_CONSUMER)
+    long = repository_binding_name("git@host:" + "x" * 200, ".", LEGACY_CONSUMER)
     assert len(long) <= 40
     assert long[0] != "-"
+
+
+@pytest.mark.parametrize("consumer", [LEGACY_CONSUMER, CONSUMER])
+def test_a_registration_name_keeps_the_hash_within_63(consumer: str) -> None:
+    """The reconciler names a registration ``<namespace>.<binding>``[:63]; the hash must survive."""
+    for url in ("git@host:" + "x" * 200, "https://git.example.com/team/" + "y" * 80):
+        name = repository_binding_name(url, "claims", consumer)
+        assert len(f"{consumer}.{name}") <= 63
+        assert name != repository_binding_name(url, "other", consumer)
 
 
 def test_repository_objects_reference_their_secrets() -> None:
@@ -192,3 +217,62 @@ def test_ssh_credentials_use_the_reconcilers_keys() -> None:
         "known_hosts": "host ssh-ed25519 AAAA",
     }
     assert "BEGIN KEY" not in repr(repository)
+
+
+def namespace(name: str, identity: str | None, **meta: str) -> dict:
+    annotations = {IDENTITY_ANNOTATION: identity} if identity is not None else {}
+    return {"metadata": {"name": name, "annotations": annotations, **meta}}
+
+
+def test_consumer_names_carry_130_bits_and_leave_room_for_app_namespaces() -> None:
+    name = consumer_namespace("alice", "app-1")
+    suffix = name.removeprefix("cluster-")
+    assert len(suffix) == 26
+    assert set(suffix) <= set("abcdefghijklmnopqrstuvwxyz234567")
+    assert name == consumer_namespace("alice", "app-1")
+    assert name != consumer_namespace("alice", "app-2")
+    assert len(legacy_consumer_namespace("alice", "app-1")) == len("cluster-") + 10
+    mapped = mapped_namespace(name, "a" * 63)
+    assert len(mapped) <= 63
+    assert mapped.startswith(name)
+
+
+def test_the_identity_splits_at_the_last_hash() -> None:
+    assert owner_of(identity_of("CiQ#weird", "app-1")) == ("CiQ#weird", "app-1")
+
+
+def test_an_existing_namespace_must_be_exactly_this_identitys() -> None:
+    mine = identity_of("alice", "app-1")
+    check_owner("cluster-x", None, mine)
+    check_owner("cluster-x", namespace("cluster-x", mine), mine)
+    for other in (identity_of("mallory", "app-1"), f"{mine}x", identity_of("alice", "app-2"), None):
+        with pytest.raises(Refused) as refused:
+            check_owner("cluster-x", namespace("cluster-x", other), mine)
+        assert refused.value.status == 409
+        assert "namespace cluster-x already exists" in refused.value.message
+        assert "does not belong to this identity" in refused.value.message
+    with pytest.raises(Refused, match="being deleted") as leaving:
+        check_owner("cluster-x", namespace("cluster-x", mine, deletionTimestamp="now"), mine)
+    assert leaving.value.status == 409
+
+
+def test_ownership_is_by_exact_subject_not_prefix() -> None:
+    namespaces = [
+        namespace("a", identity_of("alice", "app-1")),
+        namespace("b", identity_of("alice#evil", "app-1")),
+        namespace("c", "alice#"),
+        namespace("d", None),
+        namespace("e", identity_of("alice", "app-2")),
+    ]
+    assert [n["metadata"]["name"] for n in owned_by(namespaces, "alice")] == ["a", "c", "e"]
+    assert [n["metadata"]["name"] for n in owned_by(namespaces, "alice#evil")] == ["b"]
+
+
+def test_the_binding_limit_names_itself_and_the_fix() -> None:
+    check_limit(2, 3)
+    check_limit(100, None)
+    with pytest.raises(Refused) as refused:
+        check_limit(3, 3)
+    assert refused.value.status == 429
+    assert "already has 3 bindings, the limit is 3" in refused.value.message
+    assert "klutch-bind unbind" in refused.value.fix
