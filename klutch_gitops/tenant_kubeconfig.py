@@ -522,6 +522,8 @@ def api_client(kubeconfig: TenantKubeconfig) -> client.ApiClient:
     """
     configuration = client.Configuration(host=kubeconfig.server)
     configuration.verify_ssl = True
+    # Also in the Configuration: a client built from it anew still trusts only this CA.
+    configuration.ca_cert_data = kubeconfig.ca_pem.decode()
     configuration.tls_server_name = kubeconfig.tls_server_name
     if kubeconfig.token is not None:
         configuration.api_key["BearerToken"] = f"Bearer {kubeconfig.token}"

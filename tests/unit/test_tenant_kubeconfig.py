@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
+from kubernetes import client
 
 from klutch_gitops import kube, tenant_kubeconfig
 from klutch_gitops.kube import Kube, KubeError
@@ -473,6 +474,20 @@ def test_the_client_presents_the_certificate_and_token_and_leaves_no_file(
     assert Recorder.seen == [
         {"path": "/api", "authorization": f"Bearer {TOKEN}", "client": "tenant"}
     ]
+
+
+def test_a_client_rebuilt_from_the_configuration_still_trusts_the_kubeconfigs_ca(
+    mtls_server: str,
+) -> None:
+    """Without our TLS context it has no client certificate, so the server refuses it; but it
+    verified the server with the kubeconfig's CA, not the system's roots."""
+    api = load_client(with_certificate(mtls_server))
+    rebuilt = client.ApiClient(api.configuration)
+    rebuilt.rest_client.pool_manager.connection_pool_kw["retries"] = False
+    with pytest.raises(KubeError) as raised:
+        Kube(rebuilt)._call("GET", "/api")
+    assert "CERTIFICATE_VERIFY_FAILED" not in str(raised.value)
+    assert Recorder.seen == []
 
 
 def test_the_client_trusts_only_the_kubeconfigs_ca(mtls_server: str) -> None:

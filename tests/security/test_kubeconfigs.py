@@ -1,0 +1,298 @@
+"""Hostile tenant kubeconfigs against the real stack: the bind API (real Dex token, real Control
+Plane) and a running reconciler following RepositoryBindings.
+
+What the kubernetes client's own loader would do with them (kubernetes-client/python,
+kubernetes/config/kube_config.py ``_load_authentication`` and exec_provider.py): an ``exec`` user
+runs its command with subprocess.Popen while the kubeconfig is loaded, ``tokenFile`` is read from
+the process's file system and sent as the bearer token, ``proxy-url`` becomes the client's proxy.
+The field names are client-go's (k8s.io/client-go/tools/clientcmd/api/v1/types.go). Each attack
+here must be refused by field name, with nothing created, no command run and not a single
+connection to the attacker's server.
+"""
+
+from __future__ import annotations
+
+import base64
+import socketserver
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from kubernetes import client
+
+from bind_api.server import build_server
+from klutch_gitops.config import Config
+from klutch_gitops.crds import install_crds, load_crds
+from klutch_gitops.kube import NAMESPACES, SECRETS, Kube
+from klutch_gitops.localstack.processes import free_port
+from klutch_gitops.localstack.stack import StackInfo
+from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
+from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving
+from tests.integration.gitops import eventually
+
+VICTIM_TOKEN = "victim-forge-token-0123456789"  # what tokenFile would have sent away
+
+
+class _Recording(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        self.request.settimeout(1.0)
+        try:
+            data = self.request.recv(4096)
+        except OSError:
+            data = b""
+        self.server.connections.append(data)  # type: ignore[attr-defined]
+
+
+@dataclass
+class Attacker:
+    """A loopback TCP server that records every connection it gets, TLS or plain, and the marker
+    file an exec plugin would touch."""
+
+    port: int
+    marker: Path
+    token_file: Path
+    connections: list[bytes] = field(default_factory=list)
+
+    def assert_untouched(self) -> None:
+        assert not self.marker.exists(), "the exec plugin ran"
+        assert self.connections == [], f"the attacker's server was reached: {self.connections!r}"
+
+
+@pytest.fixture
+def attacker(tmp_path: Path) -> Iterator[Attacker]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Recording)
+    server.daemon_threads = True
+    token_file = tmp_path / "victim-token"
+    token_file.write_text(VICTIM_TOKEN)
+    found = Attacker(server.server_address[1], tmp_path / "exec-ran", token_file)
+    server.connections = found.connections  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield found
+    server.shutdown()
+    server.server_close()
+
+
+def app_cluster(stack: StackInfo) -> tuple[str, str]:
+    """The App Cluster's server and CA data, from the stack's own kubeconfig."""
+    config = yaml.safe_load(Path(stack.clusters["app"].kubeconfig).read_text())
+    cluster = config["clusters"][0]["cluster"]
+    return cluster["server"], cluster["certificate-authority-data"]
+
+
+def kubeconfig(server: str, ca: str, user: dict[str, Any], **cluster: Any) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "app",
+            "clusters": [
+                {
+                    "name": "app",
+                    "cluster": {"server": server, "certificate-authority-data": ca, **cluster},
+                }
+            ],
+            "users": [{"name": "tenant", "user": user}],
+            "contexts": [{"name": "app", "context": {"cluster": "app", "user": "tenant"}}],
+        }
+    )
+
+
+def hostile(stack: StackInfo, attacker: Attacker) -> dict[str, tuple[str, str]]:
+    """Each attack: its kubeconfig and the field that must be named in the refusal."""
+    server, ca = app_cluster(stack)
+    at_attacker = f"https://127.0.0.1:{attacker.port}"
+    exec_plugin = {
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "command": "sh",
+        "args": ["-c", f"touch {attacker.marker}"],
+    }
+    return {
+        "exec": (kubeconfig(at_attacker, ca, {"exec": exec_plugin}), "users[0].user.exec"),
+        "tokenFile": (
+            kubeconfig(at_attacker, ca, {"tokenFile": str(attacker.token_file)}),
+            "users[0].user.tokenFile",
+        ),
+        "proxy-url": (
+            kubeconfig(
+                server,
+                ca,
+                {"token": "tenant"},
+                **{"proxy-url": f"http://127.0.0.1:{attacker.port}"},
+            ),
+            "clusters[0].cluster.proxy-url",
+        ),
+        "http": (
+            kubeconfig(f"http://127.0.0.1:{attacker.port}", ca, {"token": "tenant"}),
+            "clusters[0].cluster.server",
+        ),
+    }
+
+
+def secrets_holding(admin: Kube, text: str) -> list[str]:
+    """Every Secret on the Control Plane whose data contains ``text``."""
+    items, _ = admin.list(SECRETS)
+    return [
+        f"{s['metadata']['namespace']}/{s['metadata']['name']}"
+        for s in items
+        if any(text.encode() in base64.b64decode(v) for v in (s.get("data") or {}).values())
+    ]
+
+
+# -- (a) the bind API -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bind_api(stack: StackInfo, clusters: dict[str, client.ApiClient]) -> Iterator[str]:
+    """The real bind API on a loopback port, offering ``API`` to the dev user."""
+    with offered_api(clusters, "a-seckube"), serving(build_server(bind_api_config(stack))) as url:
+        yield url
+
+
+ATTACKS = ("exec", "tokenFile", "proxy-url", "http")
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_the_bind_api_refuses_a_hostile_app_kubeconfig_before_binding(
+    attack: str,
+    bind_api: str,
+    stack: StackInfo,
+    clusters: dict[str, client.ApiClient],
+    attacker: Attacker,
+) -> None:
+    admin = Kube(clusters["control-plane"])
+    text, field_path = hostile(stack, attacker)[attack]
+    cluster_id = f"attacker-{uuid.uuid4().hex[:8]}"
+    namespaces_before = {n["metadata"]["name"] for n in admin.list(NAMESPACES)[0]}
+    token = dev_id_token(stack)
+    response = httpx.post(
+        f"{bind_api}/api/v1/bindings",
+        headers={"Authorization": f"Bearer {token}"},
+        json={
+            "clusterId": cluster_id,
+            "apis": [API],
+            "repository": {
+                "url": "https://git.example.com/team/claims.git",
+                "appNamespaces": ["team-a"],
+            },
+            "appKubeconfig": text,
+        },
+        timeout=30,
+    )
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "appKubeconfig"]
+    assert error["msg"].startswith(f"Value error, {field_path}: ")
+    assert "(fix: " in error["msg"]
+
+    time.sleep(1.0)  # an exec plugin or a connection would have happened by now
+    attacker.assert_untouched()
+    assert {n["metadata"]["name"] for n in admin.list(NAMESPACES)[0]} == namespaces_before
+    # every hostile kubeconfig names the attacker's port; no Secret may hold it
+    assert secrets_holding(admin, f"127.0.0.1:{attacker.port}") == []
+    listed = httpx.get(
+        f"{bind_api}/api/v1/bindings", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ).json()["bindings"]
+    assert not any(b.get("clusterId") == cluster_id for b in listed)
+
+
+# -- (b) the reconciler -------------------------------------------------------------------
+
+
+def secret(namespace: str, name: str, text: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {"kubeconfig": base64.b64encode(text.encode()).decode()},
+    }
+
+
+def repository_binding(namespace: str, name: str, app: str, control_plane: str) -> dict[str, Any]:
+    return {
+        "apiVersion": REPOSITORY_BINDINGS.api_version,
+        "kind": "RepositoryBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "url": "https://git.example.com/team/claims.git",
+            "appNamespaces": ["team-a"],
+            "appCluster": {"kubeconfigSecretRef": {"name": app}},
+            "controlPlane": {"kubeconfigSecretRef": {"name": control_plane}},
+        },
+    }
+
+
+def secret_valid(admin: Kube, namespace: str, name: str) -> Callable[[], dict | None]:
+    def check() -> dict | None:
+        status = (admin.get(REPOSITORY_BINDINGS, namespace, name) or {}).get("status") or {}
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        found = conditions.get("SecretValid")
+        return found if found and found["status"] == "False" else None
+
+    return check
+
+
+def test_the_reconciler_refuses_hostile_kubeconfigs_in_repository_binding_secrets(
+    stack: StackInfo,
+    clusters: dict[str, client.ApiClient],
+    namespace: Any,
+    attacker: Attacker,
+    tmp_path: Path,
+) -> None:
+    """RepositoryBindings created straight on the Control Plane, as a tenant with write access to
+    its consumer namespace could: each names a Secret with a hostile kubeconfig, for the App
+    Cluster or for the Control Plane (where the binder kubeconfig goes)."""
+    admin = Kube(clusters["control-plane"])
+    install_crds(clusters["control-plane"], load_crds(cluster="control-plane"))
+    consumer = namespace.name
+    valid = Path(stack.clusters["app"].kubeconfig).read_text()
+    admin.create(SECRETS, secret(consumer, "valid", valid))
+    attacks = hostile(stack, attacker)
+    cases = {  # RepositoryBinding: (App Secret, Control Plane Secret, field, which kubeconfig)
+        "exec-app": ("exec", "valid", attacks["exec"][1], "App Cluster"),
+        "tokenfile-binder": ("valid", "tokenFile", attacks["tokenFile"][1], "Control Plane"),
+        "proxy-app": ("proxy-url", "valid", attacks["proxy-url"][1], "App Cluster"),
+        "http-app": ("http", "valid", attacks["http"][1], "App Cluster"),
+    }
+    for attack, (text, _) in attacks.items():
+        admin.create(SECRETS, secret(consumer, attack.lower(), text))
+    config = Config(
+        control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
+        listen=f"127.0.0.1:{free_port()}",
+        poll_interval=1.0,
+        batch_window=0.3,
+        workers=2,
+        work_dir=tmp_path / "work",
+    )
+    reconciler = Reconciler(config).start(serve_http=False)
+    try:
+        for name, (app, control_plane, _, _) in cases.items():
+            admin.create(
+                REPOSITORY_BINDINGS,
+                repository_binding(consumer, name, app.lower(), control_plane.lower()),
+            )
+        for name, (_, _, field_path, which) in cases.items():
+            condition = eventually(
+                secret_valid(admin, consumer, name), f"SecretValid=False on {name}", timeout=60
+            )
+            assert condition["reason"] == "SecretInvalid"
+            assert (
+                f"{which} kubeconfig is not a usable kubeconfig: {field_path}: "
+                in (condition["message"])
+            ), condition["message"]
+            assert VICTIM_TOKEN not in condition["message"]
+        time.sleep(2.0)  # a retried registration would have run the plugin or connected by now
+        attacker.assert_untouched()
+        statuses = [b.get("status") for b in admin.list(REPOSITORY_BINDINGS, consumer)[0]]
+        assert VICTIM_TOKEN not in str(statuses)
+    finally:
+        reconciler.stop()
+        for name in cases:
+            admin.delete(REPOSITORY_BINDINGS, consumer, name)
