@@ -149,15 +149,18 @@ def bounded_config(
     listen: str,
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
+    request_seconds: float = REQUEST_SECONDS,
     **options: Any,
 ) -> uvicorn.Config:
     """A uvicorn config for ``host:port`` with the request deadline, header and body limits."""
     host, _, port = listen.rpartition(":")
+    protocol = type("DeadlineH11Protocol", (DeadlineH11Protocol,), {})
+    protocol.request_seconds = request_seconds
     return uvicorn.Config(
         LimitedBody(app, max_body_bytes),
         host=host or "127.0.0.1",
         port=int(port),
-        http=DeadlineH11Protocol,
+        http=protocol,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         timeout_keep_alive=5,
         **options,
