@@ -3,6 +3,13 @@
 Every call runs the real ``git`` through GitPython, with a timeout and without a terminal. Secrets
 stay out of argv, URLs, config files and messages: an https token reaches git through an askpass
 helper that reads it from the child's environment, an ssh key through ``GIT_SSH_COMMAND``.
+
+A URL, branch or ref reaches git's argv only once checked (``klutch_gitops.urls``), behind ``--``
+or as an option's ``=value``; git may use the registration's own transport only
+(``GIT_ALLOW_PROTOCOL``, so no ``ext::``, ``file://`` or redirect to another transport), and ssh
+runs with nothing from outside the registration: no ssh config file, agent or default key, host
+keys only from the registration's own known_hosts (or the machine's global one), never learned on
+first use into a file that every tenant shares.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import git
 
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.failpoints import failpoint
+from klutch_gitops.urls import check_branch, url_transport
 
 # Username sent with a token when none is given; GitHub and Gitea accept any, GitLab wants one.
 DEFAULT_USERNAME = "x-access-token"
@@ -74,26 +82,63 @@ class Credentials:
                 "KLUTCH_GIT_USERNAME": self.username or DEFAULT_USERNAME,
                 "KLUTCH_GIT_PASSWORD": self.password or "",
             }
-        if self.ssh_key_file is not None or self.known_hosts_file is not None:
-            ssh = ["ssh", "-o", "BatchMode=yes"]
-            if self.ssh_key_file is not None:
-                ssh += ["-i", str(self.ssh_key_file), "-o", "IdentitiesOnly=yes"]
-            if self.known_hosts_file is not None:
-                ssh += [
-                    "-o",
-                    "StrictHostKeyChecking=yes",
-                    "-o",
-                    f"UserKnownHostsFile={self.known_hosts_file}",
-                ]
-            else:
-                ssh += ["-o", "StrictHostKeyChecking=accept-new"]
-            env["GIT_SSH_COMMAND"] = shlex.join(ssh)
+        env["GIT_SSH_COMMAND"] = ssh_command(self.ssh_key_file, self.known_hosts_file)
         return env
 
     def redact(self, text: str) -> str:
         """``text`` without the secret and without credentials embedded in http(s) URLs."""
         text = _URL_USERINFO.sub(r"\1", text)
         return text.replace(self.password, "***") if self.password else text
+
+
+def ssh_command(key_file: Path | None, known_hosts_file: Path | None) -> str:
+    """OpenSSH for one registration: ``-F /dev/null`` so no ssh_config (a ProxyCommand, an
+    agent, forwarding) applies; only the registration's key (else none, not ~/.ssh/id_*); host
+    keys checked strictly against its own known_hosts (else none but the machine's global file).
+    See ssh_config(5) for each option; git runs this through the shell (git(1), GIT_SSH_COMMAND).
+    """
+    options = {
+        "BatchMode": "yes",
+        "IdentitiesOnly": "yes",
+        "IdentityFile": str(key_file) if key_file else "none",
+        "IdentityAgent": "none",
+        "StrictHostKeyChecking": "yes",
+        "UserKnownHostsFile": str(known_hosts_file) if known_hosts_file else "/dev/null",
+        "UpdateHostKeys": "no",
+        "ForwardAgent": "no",
+        "ForwardX11": "no",
+        "ClearAllForwardings": "yes",
+        "PermitLocalCommand": "no",
+        "ProxyCommand": "none",
+        "ProxyJump": "none",
+        "ControlMaster": "no",
+        "ControlPath": "none",
+    }
+    ssh = ["ssh", "-F", "/dev/null"]
+    for name, value in options.items():
+        ssh += ["-o", f"{name}={value}"]
+    return shlex.join(ssh)
+
+
+def git_environment(transport: str, credentials: Credentials) -> dict[str, str]:
+    """The variables of every git child: no prompt, only ``transport`` (git(1),
+    GIT_ALLOW_PROTOCOL; also limits the redirects curl follows), no transport chosen by a
+    repository's content (GIT_PROTOCOL_FROM_USER=0), and the credentials."""
+    return {
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ALLOW_PROTOCOL": transport,
+        "GIT_PROTOCOL_FROM_USER": "0",
+        **credentials.environment(),
+    }
+
+
+def _checked_branch(branch: str) -> str:
+    problem = check_branch(branch)
+    if problem:
+        raise KlutchError(
+            f"the branch {branch!r} {problem}", "name a branch that git check-ref-format accepts"
+        )
+    return branch
 
 
 def _separate(url: str, credentials: Credentials | None) -> tuple[str, Credentials]:
@@ -116,13 +161,15 @@ def _git(
     *,
     cwd: Path | None,
     credentials: Credentials,
+    transport: str,
     timeout: float,
     env: Mapping[str, str] | None = None,
     stdin: IO[bytes] | None = None,
 ) -> tuple[int, str, str]:
-    """Run git once: no prompt, no credential helper that could store our secret, a deadline."""
+    """Run git once: no prompt, no credential helper that could store our secret, one
+    transport, a deadline."""
     command = ["git", "-c", "credential.helper=", *args]
-    environment = {"GIT_TERMINAL_PROMPT": "0", **credentials.environment(), **(env or {})}
+    environment = {**git_environment(transport, credentials), **(env or {})}
     status, out, err = git.Git(cwd).execute(
         command,
         env=environment,
@@ -139,14 +186,19 @@ def ls_remote(
 ) -> str | None:
     """The commit a remote branch points at, or None when it does not exist: a cheap poll."""
     url, credentials = _separate(url, credentials)
-    ref = f"refs/heads/{branch}"
+    transport = url_transport(url)
+    ref = f"refs/heads/{_checked_branch(branch)}"
     status, out, err = _git(
-        ["ls-remote", "--", url, ref], cwd=None, credentials=credentials, timeout=timeout
+        ["ls-remote", "--", url, ref],
+        cwd=None,
+        credentials=credentials,
+        transport=transport,
+        timeout=timeout,
     )
     if status != 0:
         raise KlutchError(
             f"cannot list {url}: {err.strip()}",
-            fix="check the repository URL, the network and the credentials",
+            fix=_fix(err, "check the repository URL, the network and the credentials"),
         )
     for line in out.splitlines():
         sha, _, name = line.partition("\t")
@@ -172,7 +224,8 @@ class Checkout:
     ) -> None:
         self.root = root
         self.url = url  # without credentials
-        self.branch = branch
+        self.branch = _checked_branch(branch)
+        self._transport = url_transport(url)
         self._credentials = credentials
         self._timeout = timeout
 
@@ -203,7 +256,7 @@ class Checkout:
                 *dot_git.glob("refs/**/*.lock"),
             ):
                 lock.unlink(missing_ok=True)
-            checkout._run("remote", "set-url", "origin", url)
+            checkout._run("remote", "set-url", "--", "origin", url)
         elif checkout.root.exists() and any(checkout.root.iterdir()):
             raise KlutchError(
                 f"{checkout.root} is not empty and not a git clone",
@@ -211,8 +264,8 @@ class Checkout:
             )
         else:
             checkout.root.mkdir(parents=True, exist_ok=True)
-            checkout._run("init", "--quiet", "-b", branch)
-            checkout._run("remote", "add", "origin", url)
+            checkout._run("init", "--quiet", f"--initial-branch={branch}")
+            checkout._run("remote", "add", "--", "origin", url)
         checkout.fetch()
         return checkout
 
@@ -228,7 +281,7 @@ class Checkout:
             "fetch", "--quiet", "--no-tags", "origin", f"+refs/heads/{self.branch}:{tracking}"
         )
         if status == 0:
-            self._run("checkout", "--quiet", "--force", "-B", self.branch, tracking)
+            self._run("checkout", "--quiet", "--force", "-B", self.branch, tracking, "--")
         elif "couldn't find remote ref" in err:
             self._run("update-ref", "-d", tracking)
             self._run("symbolic-ref", "HEAD", f"refs/heads/{self.branch}")
@@ -242,6 +295,10 @@ class Checkout:
     def fetch_ref(self, ref: str) -> str:
         """Fetch another ref of the remote (say, a pull request's head) into
         ``refs/klutch/...``, leaving branch and work tree alone; its commit."""
+        if not ref.startswith("refs/") or check_branch(ref.removeprefix("refs/")):
+            raise KlutchError(
+                f"{ref!r} is not a ref git accepts", "name a ref such as refs/pull/1/head"
+            )
         local = "refs/klutch/" + ref.removeprefix("refs/")
         status, _, err = self._git("fetch", "--quiet", "--no-tags", "origin", f"+{ref}:{local}")
         if status != 0:
@@ -360,6 +417,7 @@ class Checkout:
             list(args),
             cwd=self.root,
             credentials=self._credentials,
+            transport=self._transport,
             timeout=self._timeout,
             env=env,
             stdin=stdin,
@@ -377,6 +435,21 @@ class Checkout:
         return KlutchError(
             f"git {command} failed for {self.url} ({self.branch}) in {self.root}: "
             f"{self._credentials.redact(err).strip()}",
-            fix="check the repository URL, the credentials and the network; "
-            "deleting the working clone is safe, it is made again",
+            fix=_fix(
+                err,
+                "check the repository URL, the credentials and the network; "
+                "deleting the working clone is safe, it is made again",
+            ),
         )
+
+
+def _fix(err: str, default: str) -> str:
+    """The fix for git's error ``err``: ssh's refusal of an unknown host key has its own."""
+    if "Host key verification failed" in err:
+        return (
+            "ssh knows the host only from the registration's known_hosts: add the host's key "
+            "(the known_hosts key of the credentials Secret, --known-hosts of klutch-bind, or "
+            "credentials.knownHostsFile in the config), checked against the host's published "
+            "fingerprints"
+        )
+    return default

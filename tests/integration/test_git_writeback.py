@@ -465,9 +465,11 @@ def test_credential_environment_keeps_secrets_out_of_argv(tmp_path: Path) -> Non
     env = Credentials(username="bot", password=SECRET, ssh_key_file=key).environment()
     assert env["KLUTCH_GIT_PASSWORD"] == SECRET
     assert SECRET not in env["GIT_ASKPASS"] + env["GIT_SSH_COMMAND"]
-    assert env["GIT_SSH_COMMAND"] == (
-        f"ssh -o BatchMode=yes -i {key} -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new"
-    )
+    ssh = env["GIT_SSH_COMMAND"]
+    assert ssh.startswith("ssh -F /dev/null -o BatchMode=yes")
+    assert f"-o IdentityFile={key}" in ssh
+    # No known_hosts given: nothing is trusted on first use, nor learned into a shared file.
+    assert "StrictHostKeyChecking=yes -o UserKnownHostsFile=/dev/null" in ssh
     helper = Path(env["GIT_ASKPASS"])
     assert stat.S_IMODE(helper.stat().st_mode) == 0o700
     assert stat.S_IMODE(helper.parent.stat().st_mode) == 0o700
