@@ -41,7 +41,14 @@ from bind_api.web import BrowserLogin, browser_router
 from klutch_gitops import tenant_kubeconfig
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import NAMESPACES, Kube
-from klutch_gitops.urls import normalize_repo_url, redact
+from klutch_gitops.urls import (
+    TENANT_TRANSPORTS,
+    check_branch,
+    check_repo_path,
+    normalize_repo_url,
+    redact,
+    url_transport,
+)
 from reconciler.manager import REPOSITORY_BINDINGS
 
 log = logging.getLogger(__name__)
@@ -71,10 +78,31 @@ class RepositoryIn(BaseModel):
                 "sshPrivateKey, which go to a Secret"
             )
         try:
+            url_transport(url, TENANT_TRANSPORTS)  # no file://, ext::, -options (urls.py)
             normalize_repo_url(url)
         except KlutchError as error:
             raise ValueError(f"{error.message} ({error.fix})") from None
         return url
+
+    @field_validator("branch")
+    @classmethod
+    def _a_branch(cls, branch: str) -> str:
+        """A name git check-ref-format accepts; it reaches git's argv in the reconciler."""
+        if problem := check_branch(branch):
+            raise ValueError(
+                f"the branch {problem}; name a branch git accepts, e.g. main or release/1.2"
+            )
+        return branch
+
+    @field_validator("path")
+    @classmethod
+    def _a_folder(cls, path: str) -> str:
+        """A folder inside the repository: the reconciler reads claims below it."""
+        if problem := check_repo_path(path):
+            raise ValueError(
+                f"the path {problem}; name a folder inside the repository, e.g. claims"
+            )
+        return path
 
     @field_validator("app_namespaces")
     @classmethod

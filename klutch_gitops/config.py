@@ -17,6 +17,13 @@ from typing import Any
 import yaml
 
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.urls import (
+    TENANT_TRANSPORTS,
+    InvalidRepoURL,
+    check_branch,
+    check_repo_path,
+    url_transport,
+)
 
 URL_PATTERN = re.compile(r"^(file://|https://|http://|ssh://|[\w.-]+@[\w.-]+:)")
 NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -647,11 +654,37 @@ def from_repository_binding(obj: Mapping[str, Any]) -> RepositorySpec:
     if spec.get("pollInterval"):
         entry["pollInterval"] = spec["pollInterval"]
     result = read_repository(reader, entry, "spec")
-    if result is None:
+    if result is not None:
+        _check_tenant_repository(reader, result)
+    if result is None or reader.problems:
         raise KlutchError(
             f"{reader.origin}: " + "; ".join(reader.problems), "fix the RepositoryBinding's spec"
         )
     return RepositorySpec(**{**result.__dict__, "source": reader.origin})
+
+
+def _check_tenant_repository(reader: FieldReader, spec: RepositorySpec) -> None:
+    """A tenant's registration: https or ssh only (file:// would read any repository the
+    reconciler can), and a branch and path git and the loader take literally, again here for
+    objects that predate the CRD's patterns."""
+    try:
+        url_transport(spec.url, TENANT_TRANSPORTS)
+    except InvalidRepoURL as error:
+        reader.problem("spec.url", error.message, error.fix)
+    for where, branch in (
+        ("spec.branch", spec.branch),
+        ("spec.writeBack.branch", spec.write_back.branch),
+    ):
+        if problem := check_branch(branch):
+            reader.problem(
+                where, f"{branch!r} {problem}", "name a branch git check-ref-format accepts"
+            )
+    if problem := check_repo_path(spec.path):
+        reader.problem(
+            "spec.path",
+            f"{spec.path!r} {problem}",
+            "use a folder inside the repository, e.g. claims",
+        )
 
 
 def _ref(spec: Mapping[str, Any], key: str) -> dict[str, Any]:
