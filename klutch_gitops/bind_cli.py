@@ -1,10 +1,11 @@
 """The ``klutch-bind`` command line (also usable as the kubectl plugin ``kubectl-klutch_bind``).
 
 ``login`` obtains OIDC tokens for the bind API (device flow or browser flow with PKCE) and caches
-them; ``token`` hands a fresh ID token to scripts; ``logout`` forgets them. ``exports``, ``bind``,
-``status`` and ``unbind`` call the bind API with that token (or ``--token``) and keep the App
-Cluster's side of a binding (``klutch-bind`` Namespace, kubeconfig Secret, APIServiceBindings)
-in step, or write it as YAML for Git with ``--gitops-out`` (never the Secret).
+them; ``token`` hands a fresh ID token to scripts; ``logout`` revokes them at the issuer (RFC 7009,
+where offered) and forgets them. ``exports``, ``bind``, ``status`` and ``unbind`` call the bind
+API with that token (or ``--token``) and keep the App Cluster's side of a binding
+(``klutch-bind`` Namespace, kubeconfig Secret, APIServiceBindings) in step, or write it as YAML
+for Git with ``--gitops-out`` (never the Secret).
 """
 
 from __future__ import annotations
@@ -115,9 +116,25 @@ def _open_browser(url: str) -> None:
 
 @app.command()
 def logout(issuer: Issuer) -> None:
-    """Forget the cached tokens of the issuer."""
-    removed = oidc_client.remove(issuer)
-    out.print(f"logged out of {issuer}" if removed else f"not logged in to {issuer}")
+    """Revoke the refresh tokens at the issuer where it supports RFC 7009, then forget them."""
+    entries = oidc_client.cached(issuer)
+    if not entries:
+        out.print(f"not logged in to {issuer}")
+        return
+    with oidc_client.http_client(entries[0].ca) as http:
+        provider = oidc_client.discover(http, issuer)
+        revoked = [oidc_client.revoke(http, provider, tokens) for tokens in entries]
+    oidc_client.remove(issuer)
+    if all(revoked):
+        out.print(f"logged out of {issuer}; the refresh token was revoked at the issuer")
+    elif provider.revocation_endpoint is None:
+        out.print(
+            f"logged out of {issuer} here; the issuer does not support token revocation (its "
+            "discovery document names no revocation_endpoint, RFC 7009), so the refresh token "
+            "stays valid there until it expires or an administrator revokes it"
+        )
+    else:
+        out.print(f"logged out of {issuer}; there was no refresh token to revoke")
 
 
 @app.command()

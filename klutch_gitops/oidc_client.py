@@ -46,6 +46,7 @@ class Provider:
     authorization_endpoint: str
     token_endpoint: str
     device_authorization_endpoint: str | None
+    revocation_endpoint: str | None = None  # RFC 7009; Dex has none (dexidp/dex#1778)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ def discover(http: httpx.Client, issuer: str) -> Provider:
             authorization_endpoint=document["authorization_endpoint"],
             token_endpoint=document["token_endpoint"],
             device_authorization_endpoint=document.get("device_authorization_endpoint"),
+            revocation_endpoint=document.get("revocation_endpoint"),
         )
     except KeyError as missing:
         raise KlutchError(
@@ -419,6 +421,34 @@ def refresh(http: httpx.Client, tokens: Tokens) -> Tokens:
     return tokens_from_response(
         tokens.issuer, tokens.client_id, tokens.ca, body, tokens.refresh_token
     )
+
+
+def revoke(http: httpx.Client, provider: Provider, tokens: Tokens) -> bool:
+    """Revoke the refresh token at the issuer (RFC 7009 §2.1, as a public client).
+
+    False when the issuer offers no revocation endpoint; a refusal or an unreachable issuer is a
+    KlutchError, so the caller keeps the tokens for another try.
+    """
+    if not provider.revocation_endpoint or not tokens.refresh_token:
+        return False
+    response = _post(
+        http,
+        provider.revocation_endpoint,
+        {
+            "token": tokens.refresh_token,
+            "token_type_hint": "refresh_token",
+            "client_id": tokens.client_id,
+        },
+    )
+    # §2.2: 200 also for a token that was already invalid; §2.2.1 503 means "try again later".
+    if response.status_code != 200:
+        raise KlutchError(
+            f"{provider.revocation_endpoint} did not revoke the refresh token: "
+            f"{_describe(_json(response), response)}; the tokens are kept",
+            "run 'klutch-bind logout' again later, or delete "
+            f"{cache_path(tokens.issuer, tokens.client_id)} to only forget them here",
+        )
+    return True
 
 
 def cache_dir() -> Path:
