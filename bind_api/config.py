@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from klutch_gitops.config import NAME_PATTERN, FieldReader, SecretRef, read_conf
 
 DEFAULT_SCOPES = ("openid", "email", "profile", "groups")
 DEFAULT_BINDINGS_PER_IDENTITY = 50
+PREFIX_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,9 @@ def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
         "consumerNamespacePrefix",
         "",
         default="cluster",
-        pattern=NAME_PATTERN,
-        fix="use a short DNS label like cluster",
+        pattern=PREFIX_PATTERN,
+        fix="use a DNS label of at most 20 characters, like cluster (consumer namespaces are "
+        "<prefix>-<26 characters>)",
     )
     limit = data.get("bindingsPerIdentity", DEFAULT_BINDINGS_PER_IDENTITY)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:

@@ -29,6 +29,7 @@ def test_a_good_config(tmp_path: Path) -> None:
     assert (config.tls_cert, config.tls_key) == (tmp_path / "tls.crt", tmp_path / "tls.key")
     assert config.default_allowed_groups == ("klutch-developers",)
     assert config.consumer_prefix == "cluster"
+    assert config.bindings_per_identity == 50
 
 
 def test_every_problem_at_once(tmp_path: Path) -> None:
@@ -37,6 +38,10 @@ controlPlane: {kubeconfigSecretRef: {name: x}}
 tls: {certFile: tls.crt}
 oidc: {issuer: http://dex.example.com, audiences: []}
 defaultAllowedGroups: everyone
+consumerNamespacePrefix: a-prefix-longer-than-twenty
+bindingsPerIdentity: 0
+browser: {externalURL: https://b.example, clientId: web, clientSecret: {env: S},
+          sessionNamespace: Not_A_Namespace}
 extra: 1
 """
     with pytest.raises(KlutchError) as raised:
@@ -48,6 +53,10 @@ extra: 1
         "oidc.issuer: 'http://dex.example.com' is not https",
         "oidc.audiences: must be a non-empty list",
         "defaultAllowedGroups: must be a list",
+        "consumerNamespacePrefix: 'a-prefix-longer-than-twenty' is not valid",
+        "use a DNS label of at most 20 characters",
+        "bindingsPerIdentity: 0 is not a positive whole number",
+        "browser.sessionNamespace: 'Not_A_Namespace' is not valid",
         "extra: unknown field",
     ):
         assert expected in text, expected

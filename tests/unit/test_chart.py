@@ -114,7 +114,9 @@ def test_probes_use_healthz_and_readyz(rendered: tuple[str, list[dict]]) -> None
 def test_rbac_names_every_verb_and_resource(rendered: tuple[str, list[dict]]) -> None:
     name, docs = rendered
     roles = objects(docs, "ClusterRole") + objects(docs, "Role")
-    assert len(roles) == (3 if name in ("replicas", "shards") else 2)  # + the Leases' Role
+    leases = 1 if name in ("replicas", "shards") else 0  # the reconcilers' Leases' Role
+    sessions = 1 if name in ("replicas", "tls") else 0  # the browser flow's used sessions' Role
+    assert len(roles) == 2 + leases + sessions
     for role in roles:
         for rule in role["rules"]:
             for key in ("apiGroups", "resources", "verbs"):
@@ -250,6 +252,21 @@ def test_tls_browser_flow_and_an_external_control_plane() -> None:
     [secret] = objects(docs, "Secret")
     assert volumes["browser"]["secret"]["secretName"] == secret["metadata"]["name"]
     assert set(secret["data"]) == {"clientSecret", "sessionKey"}
+    config = parse_bind_api_config(
+        config_files(docs, "bind-api")["bind-api.yaml"], "bind-api.yaml", CONFIG_DIR
+    )
+    assert config.browser is not None
+    [sessions] = [r for r in objects(docs, "Role") if r["metadata"]["name"].endswith("-sessions")]
+    # Used browser sessions are Leases in the bind API's own namespace, and nowhere else.
+    assert config.browser.session_namespace == sessions["metadata"]["namespace"]
+    assert sessions["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["create", "list", "delete"],
+        }
+    ]
+    assert config.bindings_per_identity == 50
     assert one(docs, "Service", "bind-api")["spec"]["ports"][0]["targetPort"] == "https"
     [reconciler] = one(docs, "Deployment", "reconciler")["spec"]["template"]["spec"]["containers"]
     env = {e["name"] for e in reconciler["env"]}
@@ -321,7 +338,7 @@ def test_bind_apis_and_leader_electing_reconcilers_scale_out() -> None:
     election = config.leader_election
     assert election.enabled
     assert election.namespace == "klutch"
-    [role] = objects(docs, "Role")
+    [role] = [r for r in objects(docs, "Role") if r["metadata"]["name"].endswith("-reconciler")]
     assert role["metadata"]["namespace"] == "klutch"
     assert role["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
@@ -332,7 +349,9 @@ def test_bind_apis_and_leader_electing_reconcilers_scale_out() -> None:
             "resourceNames": [election.name],
         },
     ]
-    [binding] = objects(docs, "RoleBinding")
+    [binding] = [
+        b for b in objects(docs, "RoleBinding") if b["metadata"]["name"] == role["metadata"]["name"]
+    ]
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "Role",
@@ -428,6 +447,8 @@ def test_components_can_be_left_out() -> None:
         (["bindApi.oidc.issuer=http://dex.example.com"], "/bindApi/oidc/issuer"),
         (["bindApi.oidc.audiences=null"], "/bindApi/oidc"),
         (["bindApi.tls.enabled=true"], "/bindApi/tls/secretName"),
+        (["bindApi.bindingsPerIdentity=0"], "/bindApi/bindingsPerIdentity"),
+        (["bindApi.consumerNamespacePrefix=" + "a" * 21], "/bindApi/consumerNamespacePrefix"),
         (["bindApi.browser.enabled=true"], "/bindApi/browser"),
         (
             [
