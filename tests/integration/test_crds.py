@@ -384,10 +384,10 @@ def test_repository_binding_defaults(
 @pytest.mark.parametrize(
     "url",
     [
-        "file:///srv/git/app.git",
         "https://git.example.com:8443/team/app.git",
         "ssh://git@git.example.com:2222/team/app.git",
         "git@github.com:team/app.git",
+        "git@git.example.com:/srv/git/app.git",
     ],
 )
 def test_repository_binding_accepts_url(
@@ -403,11 +403,26 @@ def test_repository_binding_accepts_url(
         ({"url": "https://user:token@git.example.com/app.git"}, "spec.url"),
         ({"url": "ssh://-oProxyCommand=touch%20x/app.git"}, "spec.url"),
         ({"url": "app.git"}, "spec.url"),
+        # Tenants never get local repositories (another tenant's, or /etc), nor git's remote
+        # helpers (ext:: runs a command), nor a user, host or path that ssh takes as an option.
+        ({"url": "file:///srv/git/other-team.git"}, "spec.url"),
+        ({"url": "file:///etc"}, "spec.url"),
+        ({"url": "ext::sh -c touch% /tmp/pwned"}, "spec.url"),
+        ({"url": "ssh://-oProxyCommand=x@git.example.com/app.git"}, "spec.url"),
+        ({"url": "git@git.example.com:-oProxyCommand=x"}, "spec.url"),
+        ({"url": "git@file:///etc"}, "spec.url"),
         ({"writeBack": {"mode": "pull-request"}}, "spec.writeBack.mode"),
         ({"writeBack": {"mode": "branch", "branch": "main"}}, "writeBack.branch must differ"),
         ({"branch": "--upload-pack=x"}, "spec.branch"),
+        ({"branch": "main..other"}, "git check-ref-format"),
+        ({"branch": "team/.hidden"}, "git check-ref-format"),
+        ({"branch": "main.lock"}, "git check-ref-format"),
+        ({"branch": "HEAD"}, "git check-ref-format"),
+        ({"writeBack": {"mode": "files", "branch": "status//x"}}, "git check-ref-format"),
         ({"path": "../other-team"}, "must not contain '..'"),
-        ({"path": "/etc"}, "must be relative"),
+        ({"path": "/etc"}, "spec.path"),
+        ({"path": "-claims"}, "spec.path"),
+        ({"path": "claims/.git/hooks"}, "must not name the .git folder"),
         ({"appNamespaces": []}, "spec.appNamespaces"),
         ({"pollInterval": "soon"}, "spec.pollInterval"),
         ({"appSync": "argocd"}, "spec.appSync"),

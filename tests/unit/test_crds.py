@@ -165,7 +165,6 @@ URL_PATTERN = re.compile(
 @pytest.mark.parametrize(
     "url",
     [
-        "file:///srv/git/app.git",
         "https://git.example.com/team/app.git",
         "https://git.example.com:8443/team/app",
         "ssh://git.example.com/team/app.git",
@@ -185,8 +184,15 @@ def test_url_pattern_accepts(url: str) -> None:
         "https://user:token@git.example.com/app.git",
         "ssh://-oProxyCommand=x/app.git",
         "git@-oProxyCommand=x:app.git",
+        "ssh://-oProxyCommand=x@git.example.com/app.git",
+        "git@git.example.com:-oProxyCommand=x",
+        "file:///srv/git/app.git",
+        "file:///etc",
+        "git@file:///etc",
         "file://relative/app.git",
         "ext::sh -c touch% /tmp/x",
+        "ext::sh",
+        "fd::3",
         "/srv/git/app.git",
         "https://git.example.com/app .git",
     ],
