@@ -211,7 +211,7 @@ def _url_parts(
 def _scp_parts(url: str, fix: str) -> tuple[str | None, str | None, str, str]:
     """user, password, host and path of git's scp-like ``[user@]host:path``."""
     match = _SCP_LIKE.match(url)
-    if match is None or url.startswith("/"):
+    if match is None or match["path"].startswith("//"):
         raise InvalidRepoURL(f"{_shown(url)} is not a repository URL", fix)
     user = match["user"]
     password = None

@@ -225,7 +225,14 @@ def _git(repo: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
             capture_output=True,
             text=True,
             timeout=GIT_TIMEOUT,
-            env={**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})},
+            # Only local commands: no remote helper a repository's config or content could name
+            # (git(1), GIT_PROTOCOL_FROM_USER), no prompt.
+            env={
+                **os.environ,
+                "GIT_TERMINAL_PROMPT": "0",
+                "GIT_PROTOCOL_FROM_USER": "0",
+                **(env or {}),
+            },
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as error:
