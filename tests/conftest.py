@@ -5,7 +5,6 @@ The real local stack is started once per run, by the first test that asks for it
 and security tiers share it (each test gets its own namespaces), the chaos tier starts its own.
 """
 
-
 from __future__ import annotations
 
 import ssl
@@ -19,6 +18,7 @@ import pytest
 from kubernetes import client
 
 from klutch_gitops.localstack.stack import LocalStack, StackInfo
+from tests.gitserver import GitServer, running_git_server
 from tests.stack import admin_clients, running_stack
 
 
@@ -77,6 +77,19 @@ def discovery(oidc: httpx.Client, stack: StackInfo) -> dict:
     response = oidc.get(f"{stack.dex.issuer}/.well-known/openid-configuration")
     response.raise_for_status()
     return response.json()
+
+
+@pytest.fixture(scope="session")
+def git_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
+    """A real HTTPS Git server for tenant repositories (tenants get no file://); git in this
+    process and its children trusts its CA through GIT_SSL_CAINFO, as a reconciler trusts a
+    private forge's CA in production."""
+    with (
+        running_git_server(tmp_path_factory.mktemp("forge")) as server,
+        pytest.MonkeyPatch.context() as patch,
+    ):
+        patch.setenv("GIT_SSL_CAINFO", str(server.ca_file))
+        yield server
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
