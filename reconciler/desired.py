@@ -65,6 +65,33 @@ CLUSTER_SCOPED_KINDS = frozenset(
 SECRETS_IN_GIT = (
     "Secrets never belong in Git; credentials reach the App Cluster from the Control Plane"
 )
+_BACKEND_FIX = "choose the backend with spec.compositionRef.name."
+# Crossplane claim fields a repository may not set (why: the policy file's comments).
+CROSSPLANE_REFERENCES = {
+    "resourceRef": (
+        "spec.resourceRef names a composite resource to bind; Crossplane binds each claim to "
+        "one of its own, and a claim that names one could take over another tenant's or the "
+        "platform's",
+        "Remove spec.resourceRef; Crossplane creates the claim's composite resource and records "
+        "it on the Control Plane.",
+    ),
+    "compositionRevisionRef": (
+        "spec.compositionRevisionRef pins a revision of a Composition; the platform team rolls "
+        "out Composition revisions",
+        f"Remove spec.compositionRevisionRef; {_BACKEND_FIX}",
+    ),
+    "compositionRevisionSelector": (
+        "spec.compositionRevisionSelector picks revisions of a Composition; the platform team "
+        "rolls out Composition revisions",
+        f"Remove spec.compositionRevisionSelector; {_BACKEND_FIX}",
+    ),
+    "publishConnectionDetailsTo": (
+        "spec.publishConnectionDetailsTo names one of the platform's secret stores; a claim's "
+        "credentials go only to its own namespace",
+        "Remove spec.publishConnectionDetailsTo; name the credentials Secret with "
+        "spec.writeConnectionSecretToRef.name, or create a ServiceBinding.",
+    ),
+}
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _NAME = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
 _NAMESPACE = re.compile(_DNS_LABEL)
@@ -321,7 +348,11 @@ def _problems(obj: Any, rules: _Rules) -> list[_Problem]:
         _Problem(path or None, message, _schema_fix(path, export, version))
         for path, message in (schema.errors(obj) if schema else [])
     ]
-    return [*_namespace_problems(obj["metadata"], rules.allowed), *schema_problems]
+    return [
+        *_namespace_problems(obj["metadata"], rules.allowed),
+        *_reference_problems(obj.get("spec")),
+        *schema_problems,
+    ]
 
 
 def _header_problem(obj: Any) -> _Problem | None:
@@ -477,6 +508,18 @@ def _namespace_problems(metadata: dict[str, Any], allowed: frozenset[str] | None
             )
         ]
     return []
+
+
+def _reference_problems(spec: Any) -> list[_Problem]:
+    """Crossplane fields that reach beyond the claim's own composite resource; the Control
+    Plane refuses them too (catalog/policies/claim-references.yaml), this says so in Git."""
+    if not isinstance(spec, Mapping):
+        return []
+    return [
+        _Problem(f"spec.{name}", message, fix)
+        for name, (message, fix) in CROSSPLANE_REFERENCES.items()
+        if name in spec
+    ]
 
 
 def _schema_fix(path: str, export: Export, version: str) -> str:

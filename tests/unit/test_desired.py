@@ -610,3 +610,136 @@ def test_special_files_are_never_opened(tmp_path: Path) -> None:
     assert len(load(tmp_path).claims) == 1
     (rejection,) = load(tmp_path, "pipe.yaml").rejections
     assert rejection.message.startswith("cannot read the folder")
+
+
+# The Crossplane claim fields of a claim CRD that Crossplane generates from an XRD (v1.20
+# internal/xcrd/schemas.go, CompositeResourceClaimSpecProps): the schema accepts them all.
+CROSSPLANE_CLAIM_FIELDS = {
+    "compositionRef": {"type": "object", "properties": {"name": STRING}},
+    "compositionSelector": {"type": "object", "properties": {"matchLabels": {"type": "object"}}},
+    "compositionRevisionRef": {"type": "object", "properties": {"name": STRING}},
+    "compositionRevisionSelector": {
+        "type": "object",
+        "properties": {"matchLabels": {"type": "object"}},
+    },
+    "resourceRef": {
+        "type": "object",
+        "properties": {"apiVersion": STRING, "kind": STRING, "name": STRING},
+    },
+    "publishConnectionDetailsTo": {
+        "type": "object",
+        "properties": {"name": STRING, "configRef": {"type": "object"}},
+    },
+    "writeConnectionSecretToRef": {"type": "object", "properties": {"name": STRING}},
+}
+CLAIM_SCHEMA = {
+    **POSTGRES_SCHEMA,
+    "properties": {
+        **POSTGRES_SCHEMA["properties"],
+        "spec": {
+            **POSTGRES_SCHEMA["properties"]["spec"],
+            "properties": {
+                **POSTGRES_SCHEMA["properties"]["spec"]["properties"],
+                **CROSSPLANE_CLAIM_FIELDS,
+            },
+        },
+    },
+}
+CLAIM_EXPORTS = {
+    ("anynines.com", "PostgresqlInstance"): Export(
+        "anynines.com",
+        "PostgresqlInstance",
+        "postgresqlinstances",
+        "Namespaced",
+        {"v1": CLAIM_SCHEMA},
+    )
+}
+VICTIM_XR = {"apiVersion": "anynines.com/v1", "kind": "XPostgresqlInstance", "name": "orders-x7k2p"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "message", "fix"),
+    [
+        (
+            {"resourceRef": VICTIM_XR},
+            "spec.resourceRef",
+            "could take over another tenant's or the platform's",
+            "Remove spec.resourceRef",
+        ),
+        (
+            {"compositionRevisionRef": {"name": "local-postgresql-0a1b2c3"}},
+            "spec.compositionRevisionRef",
+            "the platform team rolls out Composition revisions",
+            "Remove spec.compositionRevisionRef; choose the backend with spec.compositionRef.name",
+        ),
+        (
+            {"compositionRevisionSelector": {"matchLabels": {"channel": "old"}}},
+            "spec.compositionRevisionSelector",
+            "the platform team rolls out Composition revisions",
+            "Remove spec.compositionRevisionSelector",
+        ),
+        (
+            {"publishConnectionDetailsTo": {"name": "orders", "configRef": {"name": "vault"}}},
+            "spec.publishConnectionDetailsTo",
+            "names one of the platform's secret stores",
+            "Remove spec.publishConnectionDetailsTo",
+        ),
+    ],
+)
+def test_crossplane_references_are_refused_per_document(
+    tmp_path: Path, spec: dict[str, Any], field: str, message: str, fix: str
+) -> None:
+    """Each is refused in its own document, naming file, document and field; the rest loads and
+    the refused claim's identity is kept, so pruning spares the live object."""
+    write(tmp_path, "db.yaml", documents(postgres("good"), postgres("attack", **spec)))
+    result = load_desired(tmp_path, "", CLAIM_EXPORTS, ALLOWED)
+    (rejection,) = result.rejections
+    assert (rejection.file, rejection.document, rejection.field) == ("db.yaml", 1, field)
+    assert message in rejection.message
+    assert rejection.fix.startswith(fix)
+    assert rejection.identity == Identity("anynines.com", "PostgresqlInstance", "team-a", "attack")
+    assert [c.identity.name for c in result.claims] == ["good"]
+
+
+def test_every_crossplane_reference_in_one_claim_is_named(tmp_path: Path) -> None:
+    claim = postgres(
+        "attack",
+        resourceRef=VICTIM_XR,
+        compositionRevisionRef={"name": "r"},
+        compositionRevisionSelector={"matchLabels": {"a": "b"}},
+        publishConnectionDetailsTo={"name": "x"},
+    )
+    write(tmp_path, "db.yaml", documents(claim))
+    fields = sorted(r.field for r in load_desired(tmp_path, "", CLAIM_EXPORTS).rejections)
+    assert fields == [
+        "spec.compositionRevisionRef",
+        "spec.compositionRevisionSelector",
+        "spec.publishConnectionDetailsTo",
+        "spec.resourceRef",
+    ]
+
+
+def test_the_backend_choice_and_the_claims_own_secret_stay_allowed(tmp_path: Path) -> None:
+    """compositionRef/compositionSelector pick among the Compositions of the claim's own
+    composite kind (Crossplane checks compositeTypeRef); writeConnectionSecretToRef is a name
+    in the claim's namespace. A namespace in it is an unknown field of the claim CRD."""
+    write(
+        tmp_path,
+        "db.yaml",
+        documents(
+            postgres(
+                "chosen",
+                compositionRef={"name": "a9s-postgresql"},
+                writeConnectionSecretToRef={"name": "chosen-conn"},
+            ),
+            postgres("selected", compositionSelector={"matchLabels": {"backend": "a9s"}}),
+            postgres(
+                "elsewhere",
+                writeConnectionSecretToRef={"name": "creds", "namespace": "victim"},
+            ),
+        ),
+    )
+    result = load_desired(tmp_path, "", CLAIM_EXPORTS)
+    assert [c.identity.name for c in result.claims] == ["chosen", "selected"]
+    (rejection,) = result.rejections
+    assert (rejection.document, rejection.field) == (2, "spec.writeConnectionSecretToRef.namespace")
