@@ -49,6 +49,10 @@ class GitServer:
     def url(self, name: str) -> str:
         return f"{self.base_url}/{name}.git"
 
+    def url_of(self, bare: Path) -> str:
+        """The https URL of a bare repository made under ``root`` by other means."""
+        return f"{self.base_url}/{bare.relative_to(self.root).as_posix()}"
+
 
 class _Handler(BaseHTTPRequestHandler):
     """Hands each request to ``git http-backend`` and relays its CGI answer."""

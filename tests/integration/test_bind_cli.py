@@ -22,6 +22,7 @@ from klutch_gitops.kube import NAMESPACES, SECRETS, Kube
 from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
+from tests.gitserver import GitServer
 
 from .bindapi import API, bind_api_config, cli, dev_id_token, offered_api, serving
 from .gitops import POSTGRES, claim, eventually, git
@@ -122,13 +123,19 @@ def test_bind_status_unbind(
 
 
 def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
-    bind_url: str, id_token: str, stack: StackInfo, clusters, tmp_path: Path
+    bind_url: str,
+    id_token: str,
+    stack: StackInfo,
+    clusters,
+    tmp_path: Path,
+    git_server: GitServer,
 ) -> None:
     app, control_plane = Kube(clusters["app"]), Kube(clusters["control-plane"])
     kubeconfig = stack.clusters["app"].kubeconfig
     team = f"team-{uuid.uuid4().hex[:6]}"
     app.create(NAMESPACES, {"metadata": {"name": team}})
-    remote = bare_repo(tmp_path, {"README.md": "team claims\n"})
+    remote = bare_repo(tmp_path, {"README.md": "team claims\n"}, git_server.root)
+    url = git_server.url_of(remote)
     password_file = tmp_path / "git-password"
     password_file.write_text(f"git-{uuid.uuid4().hex}\n")
     common = ["--token", id_token, "--kubeconfig", kubeconfig]
@@ -146,7 +153,7 @@ def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
         bound = cli(
             tmp_path,
             "bind", bind_url, "--api", API, "--cluster-id", f"repo-{uuid.uuid4().hex[:6]}",
-            "--repo", f"file://{remote}", "--branch", "main", "--path", "claims",
+            "--repo", url, "--branch", "main", "--path", "claims",
             "--namespace", team, "--git-username", "bot", "--git-password-file", str(password_file),
             "--yes", "-o", "json", *common,
         )  # fmt: skip
@@ -161,7 +168,7 @@ def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
         assert binding is not None
         spec = binding["spec"]
         assert (spec["url"], spec["branch"], spec["path"], spec["appNamespaces"]) == (
-            f"file://{remote}",
+            url,
             "main",
             "claims",
             [team],
@@ -204,7 +211,7 @@ def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
             b for b in json.loads(listed.stdout)["bindings"] if b["consumerNamespace"] == consumer
         ]
         assert mine["repositories"] == [
-            {"name": name, "url": f"file://{remote}", "branch": "main", "path": "claims"}
+            {"name": name, "url": url, "branch": "main", "path": "claims"}
         ]
 
         gone = cli(tmp_path, "unbind", bind_url, consumer, *common)
@@ -241,7 +248,11 @@ def _reported(binding: dict | None, remote: Path, commit: str) -> bool:
 @pytest.mark.parametrize(
     ("options", "message", "fix"),
     [
-        (["--repo", "file:///srv/team.git"], "--repo needs the App namespaces", "--namespace NS"),
+        (
+            ["--repo", "https://git.example.com/team.git"],
+            "--repo needs the App namespaces",
+            "--namespace NS",
+        ),
         (["--repo", "team claims", "--namespace", "team"], "is not a repository URL", "https://"),
         (
             ["--repo", "https://bot:hunter2@git.example.com/team.git", "--namespace", "team"],
@@ -249,7 +260,14 @@ def _reported(binding: dict | None, remote: Path, commit: str) -> bool:
             "--git-password-file",
         ),
         (
-            ["--repo", "file:///srv/team.git", "--namespace", "team", "--context", "nowhere"],
+            [
+                "--repo",
+                "https://git.example.com/team.git",
+                "--namespace",
+                "team",
+                "--context",
+                "nowhere",
+            ],
             "has no context 'nowhere'",
             "--context",
         ),

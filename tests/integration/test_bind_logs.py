@@ -62,7 +62,7 @@ def test_bind_and_unbind_log_json_lines_without_credentials(
     app_kubeconfig = Path(stack.clusters["app"].kubeconfig).read_text()
     git_password = f"git-pw-{uuid.uuid4().hex}"
     repository = {
-        "url": f"file://{tmp_path}/team.git",
+        "url": "https://git.example.com/team.git",  # tenants get https and ssh only
         "path": "claims",
         "appNamespaces": ["team"],
         "username": "bot",

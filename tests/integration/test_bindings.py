@@ -34,6 +34,7 @@ from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, api_c
 from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
+from tests.gitserver import GitServer
 
 from .gitops import POSTGRES, claim, eventually, git
 from .test_reconciler_modes import TEMPLATES
@@ -91,7 +92,9 @@ def test_binding_twice_gives_the_same_objects(
     admin: Kube, offered: str, consumers: list[str]
 ) -> None:
     wanted = request(
-        repository=Repository(url="file:///srv/team.git", app_namespaces=("team",), path="claims"),
+        repository=Repository(
+            url="https://git.example.com/team.git", app_namespaces=("team",), path="claims"
+        ),
         app_kubeconfig="apiVersion: v1\nkind: Config\n",
     )
     first = bind(admin, wanted, template_namespace=offered)
@@ -181,8 +184,9 @@ def test_a_binder_cannot_reach_other_tenants_namespaces_or_secrets(
     assert forbidden(lambda: as_a.list(SECRETS, own))
 
 
-def bare_repo(tmp_path: Path, files: dict[str, str]) -> Path:
-    remote, clone = tmp_path / "team.git", tmp_path / "human"
+def bare_repo(tmp_path: Path, files: dict[str, str], root: Path | None = None) -> Path:
+    """A bare repository (in ``root``, say a Git server's, else ``tmp_path``) with ``files``."""
+    remote, clone = (root or tmp_path) / f"team-{uuid.uuid4().hex[:6]}.git", tmp_path / "human"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
     subprocess.run(["git", "clone", "-q", str(remote), str(clone)], check=True, capture_output=True)
     git(clone, "config", "user.name", "Human Developer")
@@ -198,16 +202,17 @@ def bare_repo(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def bind_repository(
-    admin: Kube, offered: str, stack: StackInfo, app: Kube, tmp_path: Path
+    admin: Kube, offered: str, stack: StackInfo, app: Kube, tmp_path: Path, server: GitServer
 ) -> tuple[str, BindingResult]:
-    """A new App namespace, a repository with one claim for it, and a binding that registers it."""
+    """A new App namespace, a repository on the HTTPS Git server with one claim for it, and a
+    binding that registers it."""
     team = f"team-{uuid.uuid4().hex[:6]}"
     app.create(NAMESPACES, {"metadata": {"name": team}})
-    remote = bare_repo(tmp_path, {"claims/orders.yaml": claim("orders", team)})
+    remote = bare_repo(tmp_path, {"claims/orders.yaml": claim("orders", team)}, server.root)
     result = bind(
         admin,
         request(
-            repository=Repository(url=f"file://{remote}", app_namespaces=(team,), path="claims"),
+            repository=Repository(url=server.url_of(remote), app_namespaces=(team,), path="claims"),
             app_kubeconfig=Path(stack.clusters["app"].kubeconfig).read_text(),
         ),
         template_namespace=offered,
@@ -221,9 +226,10 @@ def test_the_reconciler_follows_a_binding_until_unbound(
     stack: StackInfo,
     clusters: dict[str, client.ApiClient],
     tmp_path: Path,
+    git_server: GitServer,
 ) -> None:
     app = Kube(clusters["app"])
-    team, result = bind_repository(admin, offered, stack, app, tmp_path)
+    team, result = bind_repository(admin, offered, stack, app, tmp_path, git_server)
     consumer = result.consumer_namespace
     config = Config(
         control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),

@@ -28,6 +28,7 @@ from klutch_gitops.localstack.stack import StackInfo
 from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
 from reconciler.platform import PlatformSync
 from reconciler.tokens import binder_user
+from tests.gitserver import GitServer
 from tests.helm import VALUE_SETS, render
 
 from .conftest import TwinNamespace
@@ -188,8 +189,11 @@ def template(namespace: str, resource: str) -> dict[str, Any]:
     }
 
 
-def bare_repo(tmp_path: Path, name: str, files: dict[str, str]) -> tuple[Path, Path]:
-    remote, clone = tmp_path / f"{name}.git", tmp_path / name
+def bare_repo(
+    tmp_path: Path, name: str, files: dict[str, str], root: Path | None = None
+) -> tuple[Path, Path]:
+    """A bare repository (in ``root``, say a Git server's, else ``tmp_path``) and its clone."""
+    remote, clone = (root or tmp_path) / f"{name}-{uuid.uuid4().hex[:6]}.git", tmp_path / name
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
     subprocess.run(["git", "clone", "-q", str(remote), str(clone)], check=True, capture_output=True)
     git(clone, "config", "user.name", "Platform Team")
@@ -247,6 +251,7 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
     control_plane: Kube,
     offered: str,
     tmp_path: Path,
+    git_server: GitServer,
 ) -> None:
     release = f"rbac-{uuid.uuid4().hex[:6]}"
     local = local_values(
@@ -275,7 +280,9 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
 
         # The bind API binds: consumer namespace, ServiceAccount, Role, exports, Secrets,
         # ClusterBinding and RepositoryBinding.
-        remote, _ = bare_repo(tmp_path, "team", {"claims/orders.yaml": claim("orders", team)})
+        remote, _ = bare_repo(
+            tmp_path, "team", {"claims/orders.yaml": claim("orders", team)}, git_server.root
+        )
         result = bind(
             as_bind_api,
             BindingRequest(
@@ -283,7 +290,7 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
                 cluster_id="app-1",
                 apis=(POSTGRES_API,),
                 repository=Repository(
-                    url=f"file://{remote}", app_namespaces=(team,), path="claims"
+                    url=git_server.url_of(remote), app_namespaces=(team,), path="claims"
                 ),
                 app_kubeconfig=Path(stack.clusters["app"].kubeconfig).read_text(),
             ),

@@ -27,6 +27,7 @@ from reconciler import objects
 from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
 from reconciler.platform import PLATFORM_LABEL, source_id
 from reconciler.writeback import TRAILER_RECONCILER
+from tests.gitserver import GitServer
 
 from .gitops import (
     POSTGRES,
@@ -90,9 +91,11 @@ def start(config: Config, cleanup: list[Callable[[], Any]]) -> Reconciler:
     return reconciler
 
 
-def bare_repo(tmp_path: Path, name: str) -> tuple[Path, Path]:
-    """A bare remote and a person's clone of it, with one commit on main."""
-    remote, clone = tmp_path / f"{name}.git", tmp_path / f"{name}-human"
+def bare_repo(tmp_path: Path, name: str, root: Path | None = None) -> tuple[Path, Path]:
+    """A bare remote (in ``root``, say a Git server's, else ``tmp_path``) and a person's clone
+    of it, with one commit on main."""
+    remote = (root or tmp_path) / f"{name}-{uuid.uuid4().hex[:6]}.git"
+    clone = tmp_path / f"{name}-human"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
     subprocess.run(["git", "clone", "-q", str(remote), str(clone)], check=True, capture_output=True)
     git(clone, "config", "user.name", HUMAN)
@@ -286,9 +289,10 @@ def test_a_broken_kubeconfig_secret_reports_secret_valid_false(
     new_tenant: Callable[..., Tenant],
     tmp_path: Path,
     cleanup: list[Callable[[], Any]],
+    git_server: GitServer,
 ) -> None:
     tenant = new_tenant(running=False)
-    remote, _ = bare_repo(tmp_path, "broken")
+    remote, _ = bare_repo(tmp_path, "broken", git_server.root)
     admin, consumer = tenant.control_plane, tenant.consumer
     secrets = Resource("", "v1", "secrets", "Secret")
     admin.create(secrets, kubeconfig_secret("broken-app", consumer, "this: is not a kubeconfig"))
@@ -303,7 +307,7 @@ def test_a_broken_kubeconfig_secret_reports_secret_valid_false(
             "kind": "RepositoryBinding",
             "metadata": {"name": "broken", "namespace": consumer},
             "spec": {
-                "url": f"file://{remote}",
+                "url": git_server.url_of(remote),
                 "appNamespaces": [tenant.namespace],
                 "appCluster": {"kubeconfigSecretRef": {"name": "broken-app"}},
                 "controlPlane": {"kubeconfigSecretRef": {"name": "broken-binder"}},
@@ -330,9 +334,10 @@ def test_repository_binding_is_followed_until_deleted(
     stack: StackInfo,
     tmp_path: Path,
     cleanup: list[Callable[[], Any]],
+    git_server: GitServer,
 ) -> None:
     tenant = new_tenant(running=False)
-    remote, clone = bare_repo(tmp_path, "bound")
+    remote, clone = bare_repo(tmp_path, "bound", git_server.root)
     admin, consumer = tenant.control_plane, tenant.consumer
     secrets = Resource("", "v1", "secrets", "Secret")
     app_kubeconfig = Path(stack.clusters["app"].kubeconfig).read_text()
@@ -352,7 +357,7 @@ def test_repository_binding_is_followed_until_deleted(
             "kind": "RepositoryBinding",
             "metadata": {"name": "team", "namespace": consumer},
             "spec": {
-                "url": f"file://{remote}",
+                "url": git_server.url_of(remote),
                 "path": "claims",
                 "appNamespaces": [tenant.namespace],
                 "appCluster": {"kubeconfigSecretRef": {"name": "app-cluster"}},

@@ -29,6 +29,7 @@ from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler.manager import Reconciler
 from reconciler.tokens import INVALID_REASON, TokenRenewer, TokenTimes, token_times
+from tests.gitserver import GitServer
 
 from .gitops import POSTGRES, claim, eventually, git
 from .test_bindings import POSTGRES_API, bind_repository, request
@@ -117,9 +118,10 @@ def test_the_reconciler_renews_a_binding_token_and_the_binding_switches_to_it(
     stack: StackInfo,
     clusters: dict[str, client.ApiClient],
     tmp_path: Path,
+    git_server: GitServer,
 ) -> None:
     app = Kube(clusters["app"])
-    team, result = bind_repository(admin, offered, stack, app, tmp_path)
+    team, result = bind_repository(admin, offered, stack, app, tmp_path, git_server)
     consumer = result.consumer_namespace
     labels = admin.get(SECRETS, consumer, BINDER_SECRET)["metadata"]["labels"]
     assert labels[BINDER_KUBECONFIG_LABEL] == "true"
