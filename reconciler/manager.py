@@ -33,6 +33,7 @@ from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.informer import Informer
 from klutch_gitops.kube import SECRETS, Kube, KubeError, api_client
+from klutch_gitops.policies import install_policies, load_policies
 from klutch_gitops.urls import normalize_repo_url
 from reconciler import metrics
 from reconciler.binding import REPOSITORY_BINDINGS, Binding, Resolver
@@ -54,6 +55,7 @@ PLATFORM = "platform"
 STOP_GRACE_SECONDS = 30.0
 STANDBY = "standby: not the leader"
 WATCHED_POLL_ROUNDS = 10  # a file:// remote is watched: poll it every tenth round only
+VISITOR_SECRET_SECONDS = 60.0  # another replica's webhook secret is read again after this
 
 
 class Reconciler:
@@ -75,6 +77,8 @@ class Reconciler:
         self.errors: dict[str, str] = {}
         self.reference_errors: dict[str, str] = {}  # a Secret or file that could not be used
         self.visitors: dict[str, Binding] = {}  # other replicas' registrations, for webhooks
+        # other replicas' webhook secrets: registration -> (spec, until, secrets)
+        self.visitor_secrets: dict[str, tuple[RepositorySpec, float, tuple[bytes, ...]]] = {}
         self.binder_kubeconfigs: dict[tuple[str, str], str | None] = {}  # as last seen
         self.repository_locks: dict[str, threading.Lock] = {}
         self.namespaces = NamespaceController(self.admin)
@@ -153,6 +157,7 @@ class Reconciler:
             if self.stopped:
                 return
             install_crds(self.admin.api, load_crds(cluster="control-plane"))
+            install_policies(self.admin.api, load_policies())
             if not self.reconciling:
                 self.reconciling = True  # from here on, stop() has something to stop
                 for spec in self.config.repositories:
@@ -389,11 +394,49 @@ class Reconciler:
                 spec = from_repository_binding(obj)
             except KlutchError as error:
                 self.errors[name] = str(error)
+                self._report_refused(obj, error)
+                if self.specs.pop(name, None) is not None:
+                    self.queue.add(("register", name))  # stop what its former spec started
                 return
             if self.specs.get(name) == spec and name in self.syncs:
                 return  # a status update of ours, or a no-op edit
             self.specs[name] = spec
         self.queue.add(("register", name))
+
+    def _report_refused(self, obj: dict, error: KlutchError) -> None:
+        """A RepositoryBinding the reconciler will not follow (say, a file:// one stored before
+        the CRD refused it) says why in its status; written once per reason, so our own
+        status update, which comes back as an event, does not write again."""
+        message = str(error)[:1000]
+        conditions = ((obj.get("status") or {}).get("conditions")) or []
+        ready = next((c for c in conditions if c.get("type") == "Ready"), {})
+        if (ready.get("reason"), ready.get("message")) == ("InvalidSpec", message):
+            return
+        meta = obj["metadata"]
+        condition = {
+            "type": "Ready",
+            "status": "False",
+            "reason": "InvalidSpec",
+            "message": message,
+            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        try:
+            self.admin.apply(
+                REPOSITORY_BINDINGS,
+                {
+                    "apiVersion": REPOSITORY_BINDINGS.api_version,
+                    "kind": "RepositoryBinding",
+                    "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                    "status": {"conditions": [condition]},
+                },
+                force=True,
+                subresource="status",
+            )
+        except KubeError as failure:
+            log.warning(
+                "could not report RepositoryBinding status",
+                extra={"binding": f"{meta['namespace']}/{meta['name']}", "error": str(failure)},
+            )
 
     def _binder_renewed(self, namespace: str, name: str) -> None:
         """A binder Secret got a new token: restart the registrations that resolved the old one."""
@@ -427,11 +470,12 @@ class Reconciler:
             self.syncs[name].trigger_fetch()
 
     def on_push(self, event: PushEvent) -> int:
-        """A verified push: fetch every registration of that repository and branch, or stamp
-        the Lease of its shard for the replica that holds it."""
+        """A verified push: fetch the registrations whose own secret verified it and that follow
+        its branch, or stamp the Lease of their shard for the replica that holds it."""
         triggered = 0
-        for name, spec in list(self.specs.items()):
-            if normalize_repo_url(spec.url) not in event.urls or spec.branch != event.branch:
+        for name in sorted(event.registrations):
+            spec = self.specs.get(name)
+            if spec is None or spec.branch != event.branch:
                 continue
             sync = self.syncs.get(name)
             if sync is not None:
@@ -444,7 +488,7 @@ class Reconciler:
         return triggered
 
     def on_pull_request(self, event: PullRequestEvent) -> int:
-        self._visit(event.urls)
+        self._visit(event.registrations)
         return self.reviewer.submit(event)
 
     def _bindings(self) -> dict[str, Binding]:
@@ -457,22 +501,63 @@ class Reconciler:
         }
         return {**visiting, **{name: sync.binding for name, sync in list(self.syncs.items())}}
 
-    def secret_for(self, urls: frozenset[str]) -> Sequence[bytes]:
-        self._visit(urls)
-        return [
-            secret
-            for binding in self._bindings().values()
-            if normalize_repo_url(binding.spec.url) in urls
-            for secret in binding.webhook_secrets
-        ]
+    def webhook_candidates(self, urls: frozenset[str]) -> list[tuple[str, bytes]]:
+        """(registration, webhook secret) for every registration of ``urls`` that has one.
 
-    def _visit(self, urls: frozenset[str]) -> None:
-        """With shards, resolve the registrations of ``urls`` that another replica works on, so
-        this one can verify their webhooks and plan their pull requests."""
+        Anyone may name any URL in a request that is not verified yet, so for another replica's
+        registrations only the webhook secret is read (and kept for a while, failures too),
+        never the whole binding with its kubeconfigs and credentials.
+        """
+        for stale in set(self.visitor_secrets) - set(self.specs):
+            self.visitor_secrets.pop(stale, None)
+        pairs: list[tuple[str, bytes]] = []
+        for name, spec in list(self.specs.items()):
+            if spec.suspend or spec.webhook_secret is None:
+                continue
+            if normalize_repo_url(spec.url) not in urls:
+                continue
+            sync = self.syncs.get(name)
+            if sync is not None:
+                secrets = sync.binding.webhook_secrets
+            elif self.shards is not None and not self.shards.owns(name):
+                secrets = self._visitor_secrets(name, spec)
+            else:
+                continue  # not registered (an error is reported for it)
+            pairs.extend((name, secret) for secret in secrets)
+        return pairs
+
+    def _visitor_secrets(self, name: str, spec: RepositorySpec) -> tuple[bytes, ...]:
+        """The webhook secret of another replica's registration, read at most once a while."""
+        now = time.monotonic()
+        cached = self.visitor_secrets.get(name)
+        if cached is not None and cached[0] == spec and cached[1] > now:
+            return cached[2]
+        assert spec.webhook_secret is not None
+        try:
+            secrets: tuple[bytes, ...] = (
+                self.resolver.value(
+                    spec.webhook_secret,
+                    f"repository {name}: webhook secret",
+                    spec.consumer_namespace,
+                ),
+            )
+        except KlutchError as error:
+            log.info(
+                "webhook for a registration whose secret cannot be read",
+                extra={"repository": name, "error": error.message},
+            )
+            secrets = ()
+        self.visitor_secrets[name] = (spec, now + VISITOR_SECRET_SECONDS, secrets)
+        return secrets
+
+    def _visit(self, names: frozenset[str]) -> None:
+        """With shards, resolve the registrations among ``names`` (those a request verified for)
+        that another replica works on, so this one can plan their pull requests."""
         if self.shards is None:
             return
-        for name, spec in list(self.specs.items()):
-            if name in self.syncs or normalize_repo_url(spec.url) not in urls or spec.suspend:
+        for name in sorted(names):
+            spec = self.specs.get(name)
+            if spec is None or name in self.syncs or spec.suspend:
                 continue
             visitor = self.visitors.get(name)
             if visitor is not None and visitor.spec == spec:
@@ -517,6 +602,7 @@ class Reconciler:
     def run_once(self, timeout: float = 60.0) -> list[str]:
         """Sync every registration until it settles, write status back once; return failures."""
         install_crds(self.admin.api, load_crds(cluster="control-plane"))
+        install_policies(self.admin.api, load_policies())
         self.namespaces.start()
         failures = []
         for spec in self.config.repositories:

@@ -17,6 +17,7 @@ from bind_api.config import parse_bind_api_config
 from klutch_gitops.config import parse_config
 from klutch_gitops.crds import CRD_DIR, load_crds
 from klutch_gitops.kube import _token_file
+from klutch_gitops.policies import load_policies
 from tests.helm import CHART, VALUE_SETS, helm, render, template
 
 ROOT = CHART.parents[1]
@@ -56,7 +57,12 @@ def test_every_object_is_named_labelled_and_in_the_release_namespace(
     rendered: tuple[str, list[dict]],
 ) -> None:
     _, docs = rendered
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     for doc in docs:
         meta = doc["metadata"]
         assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", meta["name"]), meta["name"]
@@ -155,7 +161,8 @@ def test_pinned_names_match_the_code() -> None:
     rules = [rule for role in objects(docs, "ClusterRole") for rule in role["rules"]]
     pinned = {name for rule in rules for name in rule.get("resourceNames", [])}
     crds = {crd["metadata"]["name"] for crd in load_crds(cluster="control-plane")}
-    assert pinned == {BINDER, BINDER_SECRET} | crds
+    policies = {policy["metadata"]["name"] for policy in load_policies()}
+    assert pinned == {BINDER, BINDER_SECRET} | crds | policies
 
 
 def test_only_a_platform_repository_brings_the_platform_kinds() -> None:

@@ -1,0 +1,62 @@
+"""The Control Plane's admission policies for tenant writes, and how to install them.
+
+The YAML files in ``catalog/policies`` are the source of truth (the chart ships a copy). A check
+only in the reconciler is not enough: tenants hold binder kubeconfigs and write claims directly,
+so the Control Plane refuses what no tenant may write, whoever sends it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from klutch_gitops.errors import KlutchError
+from klutch_gitops.kube import Kube, KubeError, Resource
+
+POLICY_DIR = Path(__file__).resolve().parents[1] / "catalog" / "policies"
+_GROUP = "admissionregistration.k8s.io"
+RESOURCES = {
+    "ValidatingAdmissionPolicy": Resource(
+        _GROUP, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", namespaced=False
+    ),
+    "ValidatingAdmissionPolicyBinding": Resource(
+        _GROUP,
+        "v1",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        namespaced=False,
+    ),
+}
+
+
+def load_policies() -> list[dict[str, Any]]:
+    """Every policy and binding, policies first (a binding names its policy), sorted by file."""
+    documents = [
+        doc
+        for path in sorted(POLICY_DIR.glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
+    return sorted(documents, key=lambda doc: doc["kind"] != "ValidatingAdmissionPolicy")
+
+
+def install_policies(
+    api_client: client.ApiClient,
+    policies: list[dict[str, Any]],
+    field_manager: str = "klutch-gitops",
+) -> None:
+    """Server-side apply each object; a field another manager owns is reported, not taken."""
+    kube = Kube(api_client)
+    for obj in policies:
+        name = f"{obj['kind']} {obj['metadata']['name']}"
+        try:
+            kube.apply(RESOURCES[obj["kind"]], obj, field_manager=field_manager)
+        except KubeError as error:
+            raise KlutchError(
+                f"{name} was not applied: {error.message}",
+                "a 409 means another manager owns a field: settle ownership with it; a 403 means "
+                "the identity may not manage admission policies (the chart grants it by name)",
+            ) from error
