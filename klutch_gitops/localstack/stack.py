@@ -425,7 +425,8 @@ class LocalStack:
     def _prepare_crossplane(
         self, bins: dict[str, Path], pki: Pki, control_plane: ClusterInfo
     ) -> None:
-        """Crossplane's files, and its CRDs installed on the Control Plane before it starts.
+        """Crossplane's files, and its CRDs installed on the Control Plane before it starts, with
+        the policy that keeps tenants' claims to their own composites (which exempts it).
 
         Its identity is a certificate of its own (CN ``crossplane``) in ``system:masters``: core
         composes resources of any kind, which in a real install the RBAC manager grants it one
@@ -435,6 +436,7 @@ class LocalStack:
         from kubernetes.config import new_client_from_config
 
         from klutch_gitops.crds import install_crds
+        from klutch_gitops.policies import install_policies, load_policies
 
         paths = self.paths.crossplane
         paths.cache.mkdir(parents=True, mode=0o700)
@@ -455,6 +457,7 @@ class LocalStack:
         api = new_client_from_config(config_file=str(paths.kubeconfig))
         try:
             install_crds(api, crossplane.load_crds(bins["crossplane-crds"]))
+            install_policies(api, load_policies())
         finally:
             api.close()
 
