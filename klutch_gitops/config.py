@@ -139,6 +139,8 @@ class Config:
     bot: Bot = field(default_factory=Bot)
     binder_tokens: TokenRenewal = field(default_factory=TokenRenewal)
     leader_election: LeaderElection = field(default_factory=LeaderElection)
+    # unlocks the names in /readyz and /metrics (Authorization: Bearer); None: never shown
+    metrics_token: SecretRef | None = None
 
 
 class FieldReader:
@@ -546,6 +548,7 @@ def parse_config(text: str, origin: str, base: Path) -> Config:
             "bot",
             "binderTokens",
             "leaderElection",
+            "metricsToken",
         },
     )
     control_plane = reader.own_kubeconfig(data.get("controlPlane"), "the reconciler")
@@ -591,6 +594,13 @@ def parse_config(text: str, origin: str, base: Path) -> Config:
     work_dir = reader.string(data, "workDir", "")
     binder_tokens = reader.token_renewal(data.get("binderTokens"), "binderTokens")
     leader_election = reader.leader_election(data.get("leaderElection"), "leaderElection")
+    metrics_token = reader.secret_ref(data.get("metricsToken"), "metricsToken")
+    if metrics_token is not None and metrics_token.name and not metrics_token.namespace:
+        reader.problem(
+            "metricsToken.secretRef.namespace",
+            "is required",
+            "name the namespace of the Secret on the Control Plane (the reconciler's own)",
+        )
     reader.check()
     assert control_plane is not None  # no problems means it was read
     return Config(
@@ -605,6 +615,7 @@ def parse_config(text: str, origin: str, base: Path) -> Config:
         bot=Bot(**{k: v for k, v in bot.items() if isinstance(v, str)}),
         binder_tokens=binder_tokens,
         leader_election=leader_election,
+        metrics_token=metrics_token,
     )
 
 

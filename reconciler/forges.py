@@ -5,15 +5,21 @@ Each adapter builds plain requests (method, URL, headers, JSON) — pure, so the
 them against the forges' documented shapes — and a thin httpx layer sends them. A comment of ours
 starts with a hidden marker naming the registration; it is found by that marker and edited in
 place, so a pull request carries one plan per registration however often it is planned.
+
+Where a repository's API is comes from its registered URL and the provider alone
+(:func:`repository_api`), never from a webhook payload: a payload signed with one registration's
+secret cannot send that registration's token, or anyone else's, to another server.
 """
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -117,6 +123,12 @@ class Forge(ABC):
                 )
             yield from (self.comment(item) for item in items if self._is_comment(item))
             following = response.links.get("next", {}).get("url")
+            if following and not _same_origin(following, self.api_url):
+                raise ForgeError(
+                    f"{self.name} pointed the next page of comments of #{number} at another "
+                    f"server ({following[:200]}); the token is sent to {self.api_url} only",
+                    "check that the registered repository URL names the forge itself",
+                )
             request = Request("GET", following, self.headers()) if following else None
 
     def post_status(
@@ -153,8 +165,8 @@ class Forge(ABC):
 
 
 class GitHub(Forge):
-    """REST API v3: ``api_url`` is the payload's ``repository.url``
-    (``https://api.github.com/repos/OWNER/REPO``). Pull requests are issues for comments."""
+    """REST API v3: ``api_url`` is ``https://api.github.com/repos/OWNER/REPO`` (GitHub Enterprise
+    Server: ``https://HOST/api/v3/repos/OWNER/REPO``). Pull requests are issues for comments."""
 
     name = "GitHub"
 
@@ -187,8 +199,8 @@ class GitHub(Forge):
 
 
 class Gitea(GitHub):
-    """API v1, GitHub's shapes: ``api_url`` is the payload's ``repository.url``
-    (``https://HOST/api/v1/repos/OWNER/REPO``); tokens go as ``Authorization: token``."""
+    """API v1, GitHub's shapes: ``api_url`` is ``https://HOST/api/v1/repos/OWNER/REPO``; tokens
+    go as ``Authorization: token``."""
 
     name = "Gitea"
 
@@ -201,7 +213,8 @@ class Gitea(GitHub):
 
 
 class GitLab(Forge):
-    """REST API v4: ``api_url`` is ``https://HOST/api/v4/projects/ID``. Merge request comments are
+    """REST API v4: ``api_url`` is ``https://HOST/api/v4/projects/GROUP%2FPROJECT`` (the URL-encoded
+    path stands for the id everywhere we call). Merge request comments are
     notes (system notes excluded); a commit status has ``name`` and GitLab's states."""
 
     name = "GitLab"
@@ -251,3 +264,91 @@ class GitLab(Forge):
 
 
 FORGES: dict[str, type[Forge]] = {"github": GitHub, "gitlab": GitLab, "gitea": Gitea}
+
+
+class NoForgeAPI(KlutchError):
+    """A registered repository URL from which no forge API can be derived."""
+
+
+# The documented API roots: GitHub.com "https://api.github.com", GitHub Enterprise Server
+# "http(s)://HOSTNAME/api/v3" (docs.github.com/en/enterprise-server@3.10/rest/enterprise-admin,
+# "Endpoint URLs"), Gitea "/api/v1" under its ROOT_URL (docs.gitea.com/development/api-usage),
+# GitLab "/api/v4" with the URL-encoded project path as its id (docs.gitlab.com/ee/api/rest/,
+# "Namespaced paths").
+GITHUB_COM = frozenset({"github.com", "www.github.com"})
+_SCP_LIKE = re.compile(r"^(?:[^@/]+@)?(?P<host>[^:/]+):(?P<path>.*)$")  # git@host:org/repo
+_SEGMENT = re.compile(r"^[A-Za-z0-9_~+-][A-Za-z0-9._~+-]*$")  # owners, groups, repositories
+
+
+def repository_api(provider: str, repository_url: str, project_path: str | None = None) -> str:
+    """The API URL of the repository registered as ``repository_url`` on ``provider``'s forge.
+
+    Scheme, host, port and any path prefix come from the registered URL: ``https://`` and
+    ``http://`` URLs keep theirs, SSH URLs (``ssh://``, ``git@host:path``) give ``https://`` on
+    the same host (their port is SSH's). ``project_path`` (GitLab's ``path_with_namespace``) only
+    chooses where, within the registered path, the project starts — GitLab may live under a
+    relative URL root and groups nest; it is ignored unless the registered path ends with it.
+    Raises NoForgeAPI for ``file://`` and other URLs that name no forge.
+    """
+    origin, segments = _web_location(repository_url)
+    if provider == "gitlab":
+        project = segments
+        wanted = [part for part in (project_path or "").split("/") if part]
+        if wanted and segments[-len(wanted) :] == wanted:
+            project = wanted
+        prefix = segments[: len(segments) - len(project)]
+        encoded = quote("/".join(project), safe="")
+        return f"{origin}{_joined(prefix)}/api/v4/projects/{encoded}"
+    if len(segments) < 2:
+        raise NoForgeAPI(
+            f"{repository_url!r} names no OWNER/REPO path", "register the repository's own URL"
+        )
+    prefix, (owner, repo) = segments[:-2], segments[-2:]
+    if provider == "github":
+        host = urlsplit(origin).hostname or ""
+        if host in GITHUB_COM and not prefix:
+            return f"https://api.github.com/repos/{owner}/{repo}"
+        return f"{origin}{_joined(prefix)}/api/v3/repos/{owner}/{repo}"
+    if provider == "gitea":
+        return f"{origin}{_joined(prefix)}/api/v1/repos/{owner}/{repo}"
+    raise NoForgeAPI(f"unknown forge {provider!r}", "use github, gitlab or gitea")
+
+
+def _web_location(url: str) -> tuple[str, list[str]]:
+    """``scheme://host[:port]`` and the path segments (without ``.git``) of a repository URL."""
+    text = url.strip()
+    fix = "register the repository's https:// or ssh:// URL on its forge to plan pull requests"
+    if "://" in text:
+        parts = urlsplit(text)
+        scheme = parts.scheme.lower()
+        try:
+            port = parts.port
+        except ValueError:
+            raise NoForgeAPI(f"{url!r} has an invalid port", fix) from None
+        host = parts.hostname
+        if scheme not in ("https", "http", "ssh", "git+ssh", "ssh+git") or not host:
+            raise NoForgeAPI(f"{url!r} is not on a forge", fix)
+        netloc = f"[{host}]" if ":" in host else host
+        if scheme in ("https", "http"):
+            origin = f"{scheme}://{netloc}" + (f":{port}" if port is not None else "")
+        else:
+            origin = f"https://{netloc}"  # the SSH port says nothing about the web's
+        path = parts.path
+    else:
+        scp = _SCP_LIKE.match(text)
+        if scp is None or text.startswith("/"):
+            raise NoForgeAPI(f"{url!r} is not on a forge", fix)
+        origin, path = f"https://{scp['host'].lower()}", scp["path"]
+    segments = [part for part in path.rstrip("/").removesuffix(".git").split("/") if part]
+    if not segments or not all(_SEGMENT.match(part) for part in segments):
+        raise NoForgeAPI(f"{url!r} names no repository path of plain names", fix)
+    return origin, segments
+
+
+def _joined(prefix: list[str]) -> str:
+    return "".join(f"/{part}" for part in prefix)
+
+
+def _same_origin(url: str, base: str) -> bool:
+    one, other = urlsplit(url), urlsplit(base)
+    return (one.scheme, one.netloc) == (other.scheme, other.netloc)

@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from bind_api.consumer import BINDER_KUBECONFIG_LABEL
@@ -139,7 +139,13 @@ class Reconciler:
         shards, reconcile the repositories of the shards it holds from the start."""
         if serve_http:
             self.server = serve(
-                create_app(self.waiting, self.secret_for, self.on_push, self.on_pull_request),
+                create_app(
+                    self.waiting,
+                    self.webhook_candidates,
+                    self.on_push,
+                    self.on_pull_request,
+                    self._metrics_token(),
+                ),
                 self.config.listen,
             )
         if self.shards is not None:
@@ -150,6 +156,19 @@ class Reconciler:
         else:
             self._start_work()
         return self
+
+    def _metrics_token(self) -> bytes | None:
+        """The token that unlocks names on /readyz and /metrics; a reference that cannot be
+        read, or an empty token, stops the start."""
+        ref = self.config.metrics_token
+        if ref is None:
+            return None
+        token = self.resolver.value(ref, "metricsToken", "").strip()
+        if not token:
+            raise KlutchError(
+                "metricsToken is empty", "put a long random token into the referenced value"
+            )
+        return token
 
     def _start_work(self, cluster_wide: bool = True) -> None:
         """The repositories' work unless it runs already, and the cluster-wide controllers."""

@@ -4,10 +4,11 @@ follows the base branch, and post the plan as one sticky comment and a commit st
 A webhook only queues the request (the newest event per registration and pull request wins);
 review workers fetch the base branch and the pull request's head ref into a review clone of the
 registration (never the clone the reconciler syncs from), run ``plan`` with the binding's own
-credentials, and post through the forge the webhook came from, with the registration's
-``forgeToken``. A plan that cannot be made (a merge conflict, an unreachable Control Plane) is
-posted as such, with the reason and the fix; a forge that cannot be reached is retried with
-back-off.
+credentials, and post with the registration's ``forgeToken`` to the forge API that its
+registered URL names (``forges.repository_api``) — only for the registrations whose own webhook
+secret verified the request. A plan that cannot be made (a merge conflict, an unreachable
+Control Plane) is posted as such, with the reason and the fix; a forge that cannot be reached is
+retried with back-off.
 """
 
 from __future__ import annotations
@@ -17,16 +18,14 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Checkout
 from klutch_gitops.kube import KubeError
-from klutch_gitops.urls import normalize_repo_url
 from reconciler.binding import Binding
-from reconciler.forges import FORGES, Forge, ForgeError, State
+from reconciler.forges import FORGES, Forge, ForgeError, NoForgeAPI, State, repository_api
 from reconciler.plan import Plan
 from reconciler.plan_io import Target, run_plan
 from reconciler.plan_render import MAX_COMMENT, render_markdown
@@ -74,17 +73,6 @@ def status_of(plan: Plan) -> tuple[State, str]:
     return State.SUCCESS, f"clean: {changes or 'no changes to claims'}"
 
 
-def api_trusted(api_url: str, repository_url: str) -> bool:
-    """Whether the API a payload names is on the registered repository's host (or its ``api.``
-    host, as GitHub's): a signed payload must not send our forge token elsewhere."""
-    api = urlsplit(api_url)
-    try:
-        host = (urlsplit("//" + normalize_repo_url(repository_url)).hostname or "").lower()
-    except KlutchError:
-        return False
-    return api.scheme in ("http", "https") and bool(host) and api.hostname in (host, f"api.{host}")
-
-
 class Reviewer:
     """Queues pull requests and plans them on its own workers."""
 
@@ -94,8 +82,12 @@ class Reviewer:
         work_dir: Path,
         workers: int = 2,
         transport: httpx.BaseTransport | None = None,
+        api: Callable[[str, str, str | None], str] = repository_api,
     ) -> None:
+        """``api``: the forge API URL of (provider, registered URL, project path); tests give
+        their ``file://`` remotes a forge that ``transport`` plays."""
         self.registrations = registrations
+        self._api = api
         self.work_dir = work_dir
         self.queue: WorkQueue[Key] = WorkQueue()
         self._pending: dict[Key, PullRequestEvent] = {}
@@ -116,12 +108,13 @@ class Reviewer:
             thread.join(timeout=grace)
 
     def submit(self, event: PullRequestEvent) -> int:
-        """Queue the pull request for every registration that follows its base branch and may
-        post (has a forgeToken); how many did."""
+        """Queue the pull request for every registration that verified it, follows its base
+        branch and may post (has a forgeToken); how many did."""
         queued = 0
-        for name, binding in self.registrations().items():
-            spec = binding.spec
-            if normalize_repo_url(spec.url) not in event.urls or spec.branch != event.base:
+        registrations = self.registrations()
+        for name in sorted(event.registrations):
+            binding = registrations.get(name)
+            if binding is None or binding.spec.branch != event.base:
                 continue
             if binding.forge_token is None:
                 log.info(
@@ -129,10 +122,12 @@ class Reviewer:
                     extra={"repository": name, "pull_request": event.number},
                 )
                 continue
-            if not api_trusted(event.api_url, spec.url):
+            try:
+                self._api(event.provider, binding.spec.url, event.project_path)
+            except NoForgeAPI as error:
                 log.warning(
-                    "pull request not planned: the payload's API is not on the repository's host",
-                    extra={"repository": name, "api": event.api_url, "url": spec.url},
+                    "pull request not planned: no forge API for the registered URL",
+                    extra={"repository": name, "error": error.message},
                 )
                 continue
             with self._pending_lock:
@@ -163,7 +158,8 @@ class Reviewer:
         """
         name = binding.spec.name
         assert binding.forge_token is not None
-        forge: Forge = FORGES[event.provider](event.api_url, binding.forge_token, self._transport)
+        api = self._api(event.provider, binding.spec.url, event.project_path)
+        forge: Forge = FORGES[event.provider](api, binding.forge_token, self._transport)
         sha = event.head_sha
         try:
             clone = Checkout.open_or_clone(

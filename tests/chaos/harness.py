@@ -47,6 +47,9 @@ from tests.integration.gitops import POSTGRES, Tenant, eventually, git
 
 CLI = [sys.executable, "-m", "klutch_gitops.cli", "run"]
 BOT = Bot().name
+# /readyz names what it waits for only to a request with the reconciler's metricsToken
+METRICS_TOKEN_ENV = "KLUTCH_GITOPS_METRICS_TOKEN"
+METRICS_TOKEN = "chaos-metrics-token"
 
 
 def config_for(tenant: Tenant, **sections: Any) -> dict[str, Any]:
@@ -61,6 +64,7 @@ def config_for(tenant: Tenant, **sections: Any) -> dict[str, Any]:
         "workers": config.workers,
         "workDir": str(config.work_dir),
         "repositories": [repository_entry(spec) for spec in config.repositories],
+        "metricsToken": {"env": METRICS_TOKEN_ENV},
         **sections,
     }
 
@@ -103,7 +107,7 @@ class ReconcilerProcess:
         self.log = directory / f"{name}.log"
         self.pid_file = directory / f"{name}.pid"
         self.markers = directory / f"{name}-failpoints"
-        self.env = {"POD_NAME": name, **(env or {})}
+        self.env = {"POD_NAME": name, METRICS_TOKEN_ENV: METRICS_TOKEN, **(env or {})}
         self.process: Process | None = None
 
     def start(self, failpoints: Mapping[str, str] | None = None) -> ReconcilerProcess:
@@ -145,7 +149,8 @@ class ReconcilerProcess:
     def readyz(self) -> httpx.Response | None:
         """The answer of /readyz, or None while nothing listens."""
         try:
-            return httpx.get(f"{self.url}/readyz", timeout=5)
+            authorization = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+            return httpx.get(f"{self.url}/readyz", headers=authorization, timeout=5)
         except httpx.TransportError:
             return None
 

@@ -63,7 +63,7 @@ def test_an_unreachable_remote_holds_the_status_commit_until_it_is_back(
             answer = reconciler.readyz()
             assert answer is not None
             assert answer.status_code == 503
-            return [w for w in answer.json()["waiting"] if name in w and tenant.remote.name in w]
+            return [w for w in answer.json()["reasons"] if name in w and tenant.remote.name in w]
 
         [reason] = eventually(unready, "/readyz to name the unreachable remote", 120)
         assert "git fetch failed" in reason

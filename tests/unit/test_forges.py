@@ -9,13 +9,23 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from reconciler.forges import FORGES, MAX_DESCRIPTION, ForgeError, Gitea, GitHub, GitLab, State
+from reconciler.forges import (
+    FORGES,
+    MAX_DESCRIPTION,
+    ForgeError,
+    Gitea,
+    GitHub,
+    GitLab,
+    NoForgeAPI,
+    State,
+    repository_api,
+)
 
 TOKEN = "ghp_s3cr3t-token"
 SHA = "c" * 40
 MARKER = "<!-- klutch-gitops plan: team-a -->"
 GITHUB_API = "https://api.github.com/repos/org/claims"
-GITLAB_API = "https://gitlab.example.com/api/v4/projects/15"
+GITLAB_API = "https://gitlab.example.com/api/v4/projects/platform%2Fclaims"
 GITEA_API = "https://gitea.example.com/api/v1/repos/org/claims"
 
 
@@ -192,7 +202,9 @@ def test_gitlab_skips_system_notes_and_edits_its_note() -> None:
     second = gitlab.upsert_comment(7, MARKER, f"{MARKER}\nplan 2")
     assert first.id == second.id != 1
     assert [r.method for r in forge.requests] == ["GET", "POST", "GET", "PUT"]
-    assert forge.requests[-1].url.path == f"/api/v4/projects/15/merge_requests/7/notes/{first.id}"
+    assert forge.requests[-1].url.raw_path == (
+        f"/api/v4/projects/platform%2Fclaims/merge_requests/7/notes/{first.id}".encode()
+    )
     assert forge.requests[-1].headers["PRIVATE-TOKEN"] == TOKEN
 
 
@@ -242,3 +254,75 @@ def test_a_comment_list_that_is_no_list_is_refused() -> None:
     forge.answer = lambda request: httpx.Response(200, json={"message": "a login page"})
     with pytest.raises(ForgeError, match="not a list"):
         GitHub(GITHUB_API, TOKEN, forge.transport()).upsert_comment(7, MARKER, MARKER)
+
+
+# The API roots as documented: GitHub.com https://api.github.com; GitHub Enterprise Server
+# http(s)://HOSTNAME/api/v3 (docs.github.com/en/enterprise-server@3.10/rest/enterprise-admin,
+# "Endpoint URLs"); Gitea /api/v1 under its root URL (docs.gitea.com/development/api-usage);
+# GitLab /api/v4/projects/:id, where :id may be the URL-encoded path (docs.gitlab.com/ee/api/rest,
+# "Namespaced paths").
+@pytest.mark.parametrize(
+    ("provider", "url", "project_path", "api"),
+    [
+        ("github", "https://github.com/org/claims.git", None, GITHUB_API),
+        ("github", "git@github.com:org/claims.git", None, GITHUB_API),
+        ("github", "ssh://git@github.com/org/claims", None, GITHUB_API),
+        (
+            "github",
+            "https://ghe.example.com:8443/org/claims",
+            None,
+            "https://ghe.example.com:8443/api/v3/repos/org/claims",
+        ),
+        ("gitea", "https://gitea.example.com/org/claims.git", None, GITEA_API),
+        ("gitea", "ssh://git@gitea.example.com:2222/org/claims.git", None, GITEA_API),
+        (
+            "gitea",
+            "http://127.0.0.1:3000/git/org/claims.git",  # a platform registration, sub-path
+            None,
+            "http://127.0.0.1:3000/git/api/v1/repos/org/claims",
+        ),
+        ("gitlab", "git@gitlab.example.com:platform/claims.git", "platform/claims", GITLAB_API),
+        (
+            "gitlab",
+            "https://example.com/gitlab/platform/team/claims.git",  # a relative URL root
+            "platform/team/claims",
+            "https://example.com/gitlab/api/v4/projects/platform%2Fteam%2Fclaims",
+        ),
+        (
+            "gitlab",  # a payload's path that the registered URL does not end with is ignored
+            "https://gitlab.example.com/platform/claims",
+            "victim/other",
+            GITLAB_API,
+        ),
+    ],
+)
+def test_the_api_comes_from_the_registered_url(
+    provider: str, url: str, project_path: str | None, api: str
+) -> None:
+    assert repository_api(provider, url, project_path) == api
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("file:///srv/claims.git", "is not on a forge"),
+        ("https://gitea.example.com/a/../claims", "no repository path of plain names"),
+        ("https://gitea.example.com/claims", "names no OWNER/REPO path"),
+        ("https://gitea.example.com:99999/org/claims", "invalid port"),
+    ],
+)
+def test_urls_that_name_no_forge_api_are_refused(url: str, problem: str) -> None:
+    with pytest.raises(NoForgeAPI, match=problem):
+        repository_api("gitea", url)
+
+
+def test_a_next_page_on_another_server_is_not_followed_with_the_token() -> None:
+    forge = FakeForge([{"id": 1, "body": "hi", "html_url": "x"}])
+    forge.answer = lambda request: (
+        httpx.Response(200, json=[], headers={"Link": '<https://evil.example/x>; rel="next"'})
+        if request.url.host == "api.github.com"
+        else None
+    )
+    with pytest.raises(ForgeError, match="another server"):
+        GitHub(GITHUB_API, TOKEN, forge.transport()).upsert_comment(7, MARKER, MARKER)
+    assert [r.url.host for r in forge.requests] == ["api.github.com"]

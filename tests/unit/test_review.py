@@ -15,7 +15,7 @@ from klutch_gitops.config import RepositorySpec, SecretRef
 from klutch_gitops.errors import KlutchError
 from reconciler.binding import Binding
 from reconciler.forges import State
-from reconciler.review import Reviewer, api_trusted, context, error_comment, marker
+from reconciler.review import Reviewer, context, error_comment, marker
 from reconciler.webhooks import PullRequestEvent
 
 API = "https://api.github.com/repos/org/claims"
@@ -40,39 +40,22 @@ def binding(spec: RepositorySpec, token: str | None = TOKEN) -> Binding:
     return Binding(spec, None, None, None, (), forge_token=token)  # type: ignore[arg-type]
 
 
-def event(sha: str, number: int = 7, urls: frozenset[str] | None = None) -> PullRequestEvent:
+def event(
+    sha: str, number: int = 7, registrations: frozenset[str] = frozenset({"team-a"})
+) -> PullRequestEvent:
     return PullRequestEvent(
         "github",
-        urls or frozenset({"github.com/org/claims"}),
+        frozenset({"github.com/org/claims"}),
+        registrations,
         number,
         "main",
         "downgrade",
         sha,
         f"refs/pull/{number}/head",
-        API,
     )
 
 
-@pytest.mark.parametrize(
-    ("api", "repository", "trusted"),
-    [
-        ("https://api.github.com/repos/org/claims", "git@github.com:org/claims.git", True),
-        ("https://ghe.example/api/v3/repos/org/claims", "https://ghe.example/org/claims", True),
-        ("https://gitlab.example/api/v4/projects/15", "ssh://git@gitlab.example/g/p.git", True),
-        ("http://127.0.0.1:3000/api/v1/repos/o/r", "http://127.0.0.1:3000/o/r.git", True),
-        ("https://evil.example/repos/org/claims", "https://github.com/org/claims", False),
-        ("https://api.github.com.evil.example/x", "https://github.com/org/claims", False),
-        ("file:///api/v1", "https://github.com/org/claims", False),
-        ("https://api.github.com/repos/o/r", "file:///srv/claims.git", False),
-    ],
-)
-def test_the_payloads_api_must_be_on_the_repositorys_host(
-    api: str, repository: str, trusted: bool
-) -> None:
-    assert api_trusted(api, repository) is trusted
-
-
-def test_a_pull_request_is_queued_for_the_registrations_that_may_post_its_plan(
+def test_a_pull_request_is_queued_only_for_the_registrations_it_verified_for(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     url = "https://github.com/org/claims.git"
@@ -81,17 +64,17 @@ def test_a_pull_request_is_queued_for_the_registrations_that_may_post_its_plan(
         "b": binding(spec("b", "git@github.com:org/claims.git", path="other")),
         "develop": binding(spec("develop", url, branch="develop")),
         "no-token": binding(spec("no-token", url), token=None),
-        "elsewhere": binding(spec("elsewhere", "https://github.com/org/other.git")),
+        "local": binding(spec("local", "file:///srv/claims.git")),
+        "unverified": binding(spec("unverified", url)),
     }
     reviewer = Reviewer(lambda: registrations, tmp_path)
+    verified = frozenset({"a", "b", "develop", "no-token", "local", "gone"})
     with caplog.at_level("INFO", logger="reconciler.review"):
-        assert reviewer.submit(event("c" * 40)) == 2
-    assert sorted(reviewer._pending) == [("a", 7), ("b", 7)]
+        assert reviewer.submit(event("c" * 40, registrations=verified)) == 2
+    assert sorted(reviewer._pending) == [("a", 7), ("b", 7)]  # never "unverified"
     assert len(reviewer.queue) == 2
     assert "no forgeToken" in caplog.text
-    moved = PullRequestEvent(**{**event("d" * 40).__dict__, "api_url": "https://evil.example/x"})
-    assert reviewer.submit(moved) == 0
-    assert reviewer._pending[("a", 7)].head_sha == "c" * 40  # the untrusted one replaced nothing
+    assert "no forge API for the registered URL" in caplog.text  # file://: no forge to post to
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -171,7 +154,12 @@ class Forge:
 
 def reviewer_for(registration: Binding, forge: Forge, tmp_path: Path) -> Reviewer:
     transport = httpx.MockTransport(forge.handle)
-    return Reviewer(lambda: {"team-a": registration}, tmp_path / "work", transport=transport)
+    return Reviewer(
+        lambda: {"team-a": registration},
+        tmp_path / "work",
+        transport=transport,
+        api=lambda _provider, _url, _path: API,  # the file:// remote's forge is the mock
+    )
 
 
 def test_a_review_posts_one_comment_and_a_status_per_head(tmp_path: Path) -> None:

@@ -1,3 +1,6 @@
+"""Webhook parsing and verification, per registration, against the providers' documented
+payloads and headers; the router through FastAPI's TestClient."""
+
 import hashlib
 import hmac
 import json
@@ -10,11 +13,15 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from reconciler.deliveries import Deliveries
 from reconciler.webhooks import (
     MAX_BODY,
+    MAX_DEPTH,
     PullRequestEvent,
     PushEvent,
     WebhookError,
+    inspect,
+    nesting_depth,
     parse_pull_request,
     parse_push,
     webhook_router,
@@ -22,18 +29,23 @@ from reconciler.webhooks import (
 
 SECRET = b"s3cret-webhook-key"
 OTHER_SECRET = b"rotated-key"
+B_SECRET = b"team-b-webhook-key"
 AFTER = "a" * 40
 ZERO = "0" * 40
 
+# normalized URL -> (registration, secret) pairs; "team-b" has its own repository and secret
 REGISTERED = {
-    "github.com/org/claims": [OTHER_SECRET, SECRET],
-    "gitlab.example.com/platform/team/claims": [SECRET],
-    "gitea.example.com/org/claims": [SECRET],
+    "github.com/org/claims": [("gh-old", OTHER_SECRET), ("gh", SECRET)],
+    "gitlab.example.com/platform/team/claims": [("gl", SECRET)],
+    "gitea.example.com/org/claims": [("gt", SECRET)],
+    "github.com/team-b/claims": [("team-b", B_SECRET)],
+    "gitea.example.com/team-b/claims": [("team-b-gitea", B_SECRET)],
 }
+VERIFIED = {"github": frozenset({"gh"}), "gitlab": frozenset({"gl"}), "gitea": frozenset({"gt"})}
 
 
-def secret_for(urls: frozenset[str]) -> Sequence[bytes]:
-    return [secret for url in sorted(urls) for secret in REGISTERED.get(url, [])]
+def secret_for(urls: frozenset[str]) -> Sequence[tuple[str, bytes]]:
+    return [pair for url in sorted(urls) for pair in REGISTERED.get(url, [])]
 
 
 # Payloads trimmed from the providers' documented examples, keeping their shape.
@@ -202,7 +214,15 @@ def refusal(provider: str, headers: dict[str, str], body: bytes) -> WebhookError
 def test_valid_push(provider: str, client: TestClient, pushes: list[PushEvent]) -> None:
     payload, headers, _, _ = PROVIDERS[provider]
     body = encode(payload(ref="refs/heads/feature/x"))
-    expected = PushEvent(provider, EXPECTED_URLS[provider], "feature/x", AFTER)
+    expected = PushEvent(
+        provider,
+        EXPECTED_URLS[provider],
+        VERIFIED[provider],
+        "feature/x",
+        AFTER,
+        headers(body).get("X-GitHub-Delivery", ""),
+        hashlib.sha256(body).hexdigest(),
+    )
 
     assert parse_push(provider, headers(body), body, secret_for) == expected
     response = client.post(f"/webhooks/{provider}", content=body, headers=headers(body))
@@ -360,8 +380,8 @@ def test_github_form_encoded_payload() -> None:
 def test_empty_registered_secret_never_verifies() -> None:
     body = encode(github_push())
 
-    def empty_secret(urls: frozenset[str]) -> Sequence[bytes]:
-        return [b""]
+    def empty_secret(urls: frozenset[str]) -> Sequence[tuple[str, bytes]]:
+        return [("gh", b"")]
 
     with pytest.raises(WebhookError) as raised:
         parse_push("github", github_headers(body, secret=b""), body, empty_secret)
@@ -376,6 +396,7 @@ def test_secrets_and_signatures_stay_out_of_logs(
     with caplog.at_level(logging.DEBUG):
         client.post(f"/webhooks/{provider}", content=body, headers=headers(body))
         client.post(f"/webhooks/{provider}", content=body, headers=headers(body, secret=b"wrong"))
+        client.post(f"/webhooks/{provider}", content=body, headers=headers(body))  # a replay
     signatures = {headers(body)[secret_header], headers(body, secret=b"wrong")[secret_header]}
     for record in caplog.records:
         text = record.getMessage() + repr(record.__dict__)
@@ -388,7 +409,8 @@ HEAD = "c" * 40
 
 
 def github_pull(action: str = "opened", **extra: Any) -> dict[str, Any]:
-    """GitHub's pull_request event, trimmed from the documented example."""
+    """GitHub's pull_request event, trimmed from the documented example (github/docs
+    content/webhooks/webhook-events-and-payloads.md, "pull_request")."""
     repository = github_push()["repository"] | {"url": "https://api.github.com/repos/org/claims"}
     return {
         "action": action,
@@ -458,26 +480,16 @@ def gitlab_merge_request(action: str = "open", **attributes: Any) -> dict[str, A
     }
 
 
-PULLS: dict[str, tuple[Callable[..., dict[str, Any]], str, str, str]] = {
-    # provider: payload, its event header value, the head ref, the API URL
-    "github": (
-        github_pull,
-        "pull_request",
-        "refs/pull/7/head",
-        "https://api.github.com/repos/org/claims",
-    ),
+PULLS: dict[str, tuple[Callable[..., dict[str, Any]], str, str, str | None]] = {
+    # provider: payload, its event header value, the head ref, the project path
+    "github": (github_pull, "pull_request", "refs/pull/7/head", None),
     "gitlab": (
         gitlab_merge_request,
         "Merge Request Hook",
         "refs/merge-requests/7/head",
-        "https://gitlab.example.com/api/v4/projects/15",
+        "platform/team/claims",
     ),
-    "gitea": (
-        gitea_pull,
-        "pull_request",
-        "refs/pull/7/head",
-        "https://gitea.example.com/api/v1/repos/org/claims",
-    ),
+    "gitea": (gitea_pull, "pull_request", "refs/pull/7/head", None),
 }
 
 
@@ -490,13 +502,23 @@ def pull_request(provider: str, payload: dict[str, Any], secret: bytes = SECRET)
 def test_a_pull_request_to_plan(
     provider: str, client: TestClient, pulls: list[PullRequestEvent], pushes: list[PushEvent]
 ) -> None:
-    payload, event, head_ref, api_url = PULLS[provider]
-    expected = PullRequestEvent(
-        provider, EXPECTED_URLS[provider], 7, "main", "downgrade", HEAD, head_ref, api_url
-    )
-    assert pull_request(provider, payload()) == expected
+    payload, event, head_ref, project_path = PULLS[provider]
     body = encode(payload())
     headers = PROVIDERS[provider][1](body, event)
+    expected = PullRequestEvent(
+        provider,
+        EXPECTED_URLS[provider],
+        VERIFIED[provider],
+        7,
+        "main",
+        "downgrade",
+        HEAD,
+        head_ref,
+        project_path,
+        headers.get("X-GitHub-Delivery", ""),
+        hashlib.sha256(body).hexdigest(),
+    )
+    assert pull_request(provider, payload()) == expected
     response = client.post(f"/webhooks/{provider}", content=body, headers=headers)
     assert (response.status_code, response.json()) == (202, {"triggered": 1})
     assert (pulls, pushes) == ([expected], [])
@@ -557,16 +579,6 @@ def test_a_gitlab_update_is_planned_only_with_new_commits_or_a_new_target_branch
     assert pull_request("gitlab", retargeted) is not None
 
 
-def test_gitlab_under_a_relative_url_keeps_its_path_in_the_api_url() -> None:
-    payload = gitlab_merge_request()
-    payload["project"] = payload["project"] | {
-        "web_url": "https://example.com/gitlab/platform/team/claims",
-        "git_http_url": "https://gitlab.example.com/platform/team/claims.git",
-    }
-    event = pull_request("gitlab", payload)
-    assert event.api_url == "https://example.com/gitlab/api/v4/projects/15"
-
-
 def test_a_pull_request_with_a_wrong_signature_is_401(provider: str, client: TestClient) -> None:
     payload, event, _, _ = PULLS[provider]
     with pytest.raises(WebhookError) as raised:
@@ -581,10 +593,10 @@ def test_a_pull_request_with_a_wrong_signature_is_401(provider: str, client: Tes
     ("provider", "path"),
     [
         ("github", "pull_request.head.sha"),
-        ("github", "repository.url"),
+        ("github", "pull_request.number"),
         ("gitea", "pull_request.base.ref"),
         ("gitlab", "object_attributes.last_commit.id"),
-        ("gitlab", "project.id"),
+        ("gitlab", "project.path_with_namespace"),
     ],
 )
 def test_a_pull_request_lacking_a_field_is_400(provider: str, path: str) -> None:
@@ -598,3 +610,177 @@ def test_a_pull_request_lacking_a_field_is_400(provider: str, path: str) -> None
         pull_request(provider, payload)
     assert raised.value.status_code == 400
     assert path in raised.value.message
+
+
+# -- one registration's secret never unlocks another's -------------------------------------------
+def naming_b_too(provider: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload with team B's repository in one of the URL fields it also reads."""
+    field = "project" if provider == "gitlab" else "repository"
+    other = {"github": "https://github.com/team-b/claims.git"}.get(
+        provider, "https://gitea.example.com/team-b/claims.git"
+    )
+    key = "git_ssh_url" if provider == "gitlab" else "ssh_url"
+    return payload | {field: payload[field] | {key: other}}
+
+
+@pytest.mark.parametrize("provider", ["github", "gitea"])
+def test_a_push_signed_with_a_secret_triggers_only_that_registration(
+    provider: str, client: TestClient, pushes: list[PushEvent]
+) -> None:
+    payload, headers, _, _ = PROVIDERS[provider]
+    body = encode(naming_b_too(provider, payload()))
+    event = parse_push(provider, headers(body), body, secret_for)
+    assert event is not None
+    assert len(event.urls) == 2  # both named…
+    assert event.registrations == VERIFIED[provider]  # …only the signer's is triggered
+    response = client.post(f"/webhooks/{provider}", content=body, headers=headers(body))
+    assert response.status_code == 202
+    assert [p.registrations for p in pushes] == [VERIFIED[provider]]
+
+
+def test_a_pull_request_signed_by_one_registration_reaches_no_other(
+    client: TestClient, pulls: list[PullRequestEvent]
+) -> None:
+    body = encode(naming_b_too("github", github_pull()))
+    response = client.post(
+        "/webhooks/github", content=body, headers=github_headers(body, "pull_request")
+    )
+    assert response.status_code == 202
+    assert [p.registrations for p in pulls] == [frozenset({"gh"})]
+
+
+def test_every_secret_of_a_repository_is_tried_and_each_verifies_only_its_own() -> None:
+    body = encode(github_push())
+    old = parse_push("github", github_headers(body, secret=OTHER_SECRET), body, secret_for)
+    assert old is not None
+    assert old.registrations == frozenset({"gh-old"})
+    b = refusal("github", github_headers(body, secret=B_SECRET), body)  # B's secret, A's URL
+    assert (b.status_code, b.message) == (
+        401,
+        "X-Hub-Signature-256 matches the webhook secret of no registration of this repository",
+    )
+
+
+def test_the_payload_names_no_api_to_post_to() -> None:
+    payload = github_pull()
+    payload["repository"] = payload["repository"] | {"url": "https://evil.example:8443/steal"}
+    event = pull_request("github", payload)
+    assert "evil" not in repr(event)  # where to post comes from the registration alone
+
+
+# -- hostile bodies -------------------------------------------------------------------------------
+def test_nesting_depth_counts_brackets_outside_strings_only() -> None:
+    assert nesting_depth('{"a": [1, {"b": "[[[{{{"}], "c": "\\"]]"}') == 3
+    assert nesting_depth("[]" * 1000) == 1
+    assert nesting_depth("") == 0
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 200_000])
+def test_a_deeply_nested_body_is_a_400_before_any_secret_is_tried(
+    provider: str, client: TestClient, depth: int
+) -> None:
+    _, headers, _, _ = PROVIDERS[provider]
+    body = b"[" * depth + b"]" * depth
+    asked: list[frozenset[str]] = []
+
+    def candidates(urls: frozenset[str]) -> Sequence[tuple[str, bytes]]:
+        asked.append(urls)
+        return secret_for(urls)
+
+    with pytest.raises(WebhookError) as raised:
+        inspect(provider, headers(body), body, candidates)
+    message = f"payload nests deeper than {MAX_DEPTH} levels; no forge sends that"
+    assert (raised.value.status_code, raised.value.message) == (400, message)
+    assert asked == []
+    response = client.post(f"/webhooks/{provider}", content=body, headers=headers(body))
+    assert (response.status_code, response.json()) == (400, {"error": message})
+
+
+def test_a_deep_object_inside_a_valid_payload_is_a_400(client: TestClient) -> None:
+    document = github_push(padding=json.loads("[" * 100 + "]" * 100))
+    body = encode(document)
+    response = client.post("/webhooks/github", content=body, headers=github_headers(body))
+    assert response.status_code == 400
+    assert "nests deeper" in response.json()["error"]
+
+
+def test_a_huge_number_is_a_400_not_a_500(client: TestClient) -> None:
+    body = b'{"ref": ' + b"9" * 5000 + b"}"
+    response = client.post("/webhooks/github", content=body, headers=github_headers(body))
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("payload is not JSON")
+
+
+# -- replays --------------------------------------------------------------------------------------
+def test_a_replayed_delivery_triggers_nothing(
+    provider: str, client: TestClient, pushes: list[PushEvent]
+) -> None:
+    payload, headers, _, _ = PROVIDERS[provider]
+    body = encode(payload())
+    url = f"/webhooks/{provider}"
+    assert client.post(url, content=body, headers=headers(body)).status_code == 202
+    replay = client.post(url, content=body, headers=headers(body))
+    assert (replay.status_code, replay.json()) == (
+        200,
+        {"ignored": "this delivery was received already; a replay triggers nothing"},
+    )
+    renamed = headers(body) | {"X-GitHub-Delivery": "new", "X-Gitea-Delivery": "new"}
+    renamed["Idempotency-Key"] = "new"
+    assert client.post(url, content=body, headers=renamed).status_code == 200  # same body
+    assert len(pushes) == 1
+
+
+@pytest.mark.parametrize("provider", ["github", "gitea"])
+def test_a_new_body_under_a_seen_delivery_id_is_a_replay_too(
+    provider: str, client: TestClient, pushes: list[PushEvent]
+) -> None:
+    payload, headers, _, _ = PROVIDERS[provider]
+    first, second = encode(payload()), encode(payload(ref="refs/heads/other"))
+    fixed = {"X-GitHub-Delivery": "d-1", "X-Gitea-Delivery": "d-1"}
+    url = f"/webhooks/{provider}"
+    assert client.post(url, content=first, headers=headers(first) | fixed).status_code == 202
+    replay = client.post(url, content=second, headers=headers(second) | fixed)
+    assert replay.status_code == 200
+    assert len(pushes) == 1
+
+
+def test_one_event_reaches_each_registration_once() -> None:
+    """GitHub sends an event's one delivery id to every hook: a second registration of the same
+    repository, verified by its own hook's signature, is still triggered."""
+    deliveries = Deliveries()
+    assert deliveries.admit({"gh"}, "github", "d-1", "body-1") == {"gh"}
+    assert deliveries.admit({"gh-old"}, "github", "d-1", "body-1") == {"gh-old"}
+    assert deliveries.admit({"gh", "gh-old"}, "github", "d-1", "body-1") == frozenset()
+
+
+def test_deliveries_are_forgotten_after_the_ttl_and_bounded() -> None:
+    now = [0.0]
+    deliveries = Deliveries(ttl=10.0, capacity=4, clock=lambda: now[0])
+    assert deliveries.admit({"a"}, "github", "d-1", "x") == {"a"}
+    now[0] = 9.0
+    assert deliveries.admit({"a"}, "github", "d-1", "x") == frozenset()
+    now[0] = 10.5
+    assert deliveries.admit({"a"}, "github", "d-1", "x") == {"a"}
+    for number in range(10):
+        deliveries.admit({"a"}, "github", f"id-{number}", f"body-{number}")
+    assert len(deliveries) <= 4
+
+
+def test_a_delivery_that_failed_may_be_delivered_again() -> None:
+    calls: list[PushEvent] = []
+
+    def failing(event: PushEvent) -> int:
+        calls.append(event)
+        if len(calls) == 1:
+            raise RuntimeError("the Control Plane went away")
+        return 1
+
+    app = FastAPI()
+    app.include_router(webhook_router(secret_for, failing, lambda event: 0))
+    body = encode(github_push())
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        first = test_client.post("/webhooks/github", content=body, headers=github_headers(body))
+        assert first.status_code == 500
+        again = test_client.post("/webhooks/github", content=body, headers=github_headers(body))
+    assert (again.status_code, again.json()) == (202, {"triggered": 1})
+    assert len(calls) == 2
