@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import socketserver
+import subprocess
 import threading
 import time
 import uuid
@@ -34,8 +35,9 @@ from klutch_gitops.kube import NAMESPACES, SECRETS, Kube
 from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
+from tests.gitserver import GitServer
 from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving
-from tests.integration.gitops import eventually
+from tests.integration.gitops import claim, eventually
 
 VICTIM_TOKEN = "victim-forge-token-0123456789"  # what tokenFile would have sent away
 
@@ -186,6 +188,13 @@ def test_the_bind_api_refuses_a_hostile_app_kubeconfig_before_binding(
         },
         timeout=30,
     )
+    if response.status_code == 201:  # the attack got through: leave nothing behind
+        consumer = response.json()["consumerNamespace"]
+        httpx.delete(
+            f"{bind_api}/api/v1/bindings/{consumer}",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
     assert response.status_code == 422, response.text
     (error,) = response.json()["detail"]
     assert error["loc"] == ["body", "appKubeconfig"]
@@ -215,14 +224,33 @@ def secret(namespace: str, name: str, text: str) -> dict[str, Any]:
     }
 
 
-def repository_binding(namespace: str, name: str, app: str, control_plane: str) -> dict[str, Any]:
+def followed_repository(git_server: GitServer, tmp_path: Path, namespace: str) -> str:
+    """A repository on the HTTPS Git server with a claim for ``namespace``: with a usable
+    kubeconfig the reconciler would fetch it and apply the claim through that kubeconfig."""
+    url, bare = git_server.create()
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(bare), str(clone)], check=True, capture_output=True)
+    (clone / "orders.yaml").write_text(claim("orders", namespace))
+    for args in (
+        ["checkout", "-q", "-b", "main"],
+        ["add", "-A"],
+        ["-c", "user.name=Tenant", "-c", "user.email=t@example.com", "commit", "-q", "-m", "db"],
+        ["push", "-q", "origin", "main"],
+    ):
+        subprocess.run(["git", *args], cwd=clone, check=True, capture_output=True)
+    return url
+
+
+def repository_binding(
+    namespace: str, name: str, url: str, app: str, control_plane: str
+) -> dict[str, Any]:
     return {
         "apiVersion": REPOSITORY_BINDINGS.api_version,
         "kind": "RepositoryBinding",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
-            "url": "https://git.example.com/team/claims.git",
-            "appNamespaces": ["team-a"],
+            "url": url,
+            "appNamespaces": [namespace],
             "appCluster": {"kubeconfigSecretRef": {"name": app}},
             "controlPlane": {"kubeconfigSecretRef": {"name": control_plane}},
         },
@@ -230,11 +258,12 @@ def repository_binding(namespace: str, name: str, app: str, control_plane: str) 
 
 
 def secret_valid(admin: Kube, namespace: str, name: str) -> Callable[[], dict | None]:
+    """The RepositoryBinding's SecretValid condition, once the reconciler has reported one."""
+
     def check() -> dict | None:
         status = (admin.get(REPOSITORY_BINDINGS, namespace, name) or {}).get("status") or {}
         conditions = {c["type"]: c for c in status.get("conditions") or []}
-        found = conditions.get("SecretValid")
-        return found if found and found["status"] == "False" else None
+        return conditions.get("SecretValid")
 
     return check
 
@@ -244,6 +273,7 @@ def test_the_reconciler_refuses_hostile_kubeconfigs_in_repository_binding_secret
     clusters: dict[str, client.ApiClient],
     namespace: Any,
     attacker: Attacker,
+    git_server: GitServer,
     tmp_path: Path,
 ) -> None:
     """RepositoryBindings created straight on the Control Plane, as a tenant with write access to
@@ -252,6 +282,7 @@ def test_the_reconciler_refuses_hostile_kubeconfigs_in_repository_binding_secret
     admin = Kube(clusters["control-plane"])
     install_crds(clusters["control-plane"], load_crds(cluster="control-plane"))
     consumer = namespace.name
+    url = followed_repository(git_server, tmp_path, consumer)
     valid = Path(stack.clusters["app"].kubeconfig).read_text()
     admin.create(SECRETS, secret(consumer, "valid", valid))
     attacks = hostile(stack, attacker)
@@ -276,20 +307,22 @@ def test_the_reconciler_refuses_hostile_kubeconfigs_in_repository_binding_secret
         for name, (app, control_plane, _, _) in cases.items():
             admin.create(
                 REPOSITORY_BINDINGS,
-                repository_binding(consumer, name, app.lower(), control_plane.lower()),
+                repository_binding(consumer, name, url, app.lower(), control_plane.lower()),
             )
+        for name in cases:
+            eventually(secret_valid(admin, consumer, name), f"SecretValid on {name}", timeout=60)
+        time.sleep(2.0)  # a retried registration would have run the plugin or connected by now
+        attacker.assert_untouched()
         for name, (_, _, field_path, which) in cases.items():
-            condition = eventually(
-                secret_valid(admin, consumer, name), f"SecretValid=False on {name}", timeout=60
-            )
+            condition = secret_valid(admin, consumer, name)()
+            assert condition is not None
+            assert condition["status"] == "False", condition
             assert condition["reason"] == "SecretInvalid"
             assert (
                 f"{which} kubeconfig is not a usable kubeconfig: {field_path}: "
                 in (condition["message"])
             ), condition["message"]
             assert VICTIM_TOKEN not in condition["message"]
-        time.sleep(2.0)  # a retried registration would have run the plugin or connected by now
-        attacker.assert_untouched()
         statuses = [b.get("status") for b in admin.list(REPOSITORY_BINDINGS, consumer)[0]]
         assert VICTIM_TOKEN not in str(statuses)
     finally:
