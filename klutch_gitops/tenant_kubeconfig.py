@@ -453,11 +453,12 @@ def _server(value: Any, path: str, problems: list[Problem]) -> str | None:
 
 
 def _host(host: str) -> bool:
+    """A DNS name or an IP address; no IPv6 zone (``%eth0``), which names a host interface."""
     try:
         ipaddress.ip_address(host)
     except ValueError:
         return _dns_name(host)
-    return True
+    return "%" not in host
 
 
 def _dns_name(name: Any) -> bool:

@@ -228,6 +228,7 @@ def test_cluster_fields_that_read_files_or_reach_other_hosts_are_refused_by_name
         ("https://app.exa\tmple", "control characters"),
         ("https://bad_host.example", "not a valid"),
         ("https://1.2.3", "not a valid"),
+        ("https://[fe80::1%25eth0]:6443", "not a valid"),
         ("", "is missing"),
         (6443, "is missing"),
     ],
