@@ -13,8 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from klutch_gitops.localstack.pki import Pki
 from klutch_gitops.localstack.stack import LocalStack, StackInfo
-
-from .conftest import TwinNamespace
+from tests.conftest import TwinNamespace
 
 CLUSTERS = ("app", "control-plane")
 

@@ -17,8 +17,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from klutch_gitops.localstack import binaries, crossplane
+from tests.conftest import TwinNamespace
 
-from .conftest import TwinNamespace
 from .test_clusters import eventually, status_of
 
 pytestmark = pytest.mark.crossplane

@@ -22,9 +22,9 @@ from klutch_gitops.localstack.stack import StackInfo
 from reconciler.leader import LEASES, LeaderElector, format_time
 from reconciler.manager import STANDBY, Reconciler
 from reconciler.shards import GROUP_LABEL, ROLE_LABEL, ShardCoordinator, member_lease
+from tests.conftest import TwinNamespace
 from tests.helm import VALUE_SETS, render
 
-from .conftest import TwinNamespace
 from .gitops import eventually
 from .test_chart import by_component, identity, kubectl, local_values
 

@@ -29,8 +29,8 @@ from klutch_gitops.localstack.stack import StackInfo
 from reconciler.leader import LEASES
 from reconciler.manager import Reconciler
 from reconciler.shards import FETCH_ANNOTATION, ROLE_LABEL, shard_lease, shard_of
+from tests.conftest import TwinNamespace
 
-from .conftest import TwinNamespace
 from .gitops import POSTGRES, WEBHOOK_SECRET, Tenant, claim, eventually, git, make_tenant
 from .test_token_renewal import write_binder_secret
 
