@@ -512,3 +512,27 @@ def test_the_image_installs_the_pinned_dependencies() -> None:
     assert "requirements.lock" in dockerfile
     assert re.search(r"^USER 10001", dockerfile, re.M)  # numeric: runAsNonRoot can check it
     assert "git" in dockerfile
+
+
+def test_the_reconcilers_metrics_token_reaches_its_config_and_service_monitor() -> None:
+    docs = render([VALUE_SETS["monitoring"]])
+    config = parse_config(
+        config_files(docs, "reconciler")["reconciler.yaml"], "reconciler.yaml", CONFIG_DIR
+    )
+    assert config.metrics_token is not None
+    namespace = config.metrics_token.namespace
+    assert (namespace, config.metrics_token.name, config.metrics_token.key) == (
+        one(docs, "ServiceMonitor", "reconciler")["metadata"]["namespace"],
+        "reconciler-metrics-token",
+        "token",
+    )
+    [endpoint] = one(docs, "ServiceMonitor", "reconciler")["spec"]["endpoints"]
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "reconciler-metrics-token", "key": "token"},
+    }
+    [bind_api] = one(docs, "ServiceMonitor", "bind-api")["spec"]["endpoints"]
+    assert "authorization" not in bind_api
+    default = render([VALUE_SETS["default"]])
+    text = config_files(default, "reconciler")["reconciler.yaml"]
+    assert parse_config(text, "reconciler.yaml", CONFIG_DIR).metrics_token is None
