@@ -143,7 +143,7 @@ def test_bind_is_authorised_idempotent_listed_and_removed(api, id_token: str) ->
     ("url", "message"),
     [
         ("https://bot:s3cret@git.example.com/team/claims", "carries credentials"),
-        ("team claims", "is not a repository URL"),
+        ("team claims", "holds whitespace"),
     ],
 )
 def test_a_repository_url_is_checked_before_anything_is_bound(

@@ -28,10 +28,10 @@ from klutch_gitops.localstack.stack import StackInfo
 from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
 from reconciler.platform import PlatformSync
 from reconciler.tokens import binder_user
+from tests.conftest import TwinNamespace
 from tests.gitserver import GitServer
 from tests.helm import VALUE_SETS, render
 
-from .conftest import TwinNamespace
 from .gitops import POSTGRES, claim, eventually, git
 from .test_reconciler_modes import TEMPLATES
 

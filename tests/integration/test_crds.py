@@ -13,8 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.errors import KlutchError
-
-from .conftest import TwinNamespace
+from tests.conftest import TwinNamespace
 
 BIND = "klutch.anynines.com/v1alpha1"
 GITOPS = "gitops.klutch.anynines.com/v1alpha1"
