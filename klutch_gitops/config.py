@@ -658,10 +658,10 @@ def from_repository_binding(obj: Mapping[str, Any]) -> RepositorySpec:
             "secretRef": {"namespace": namespace, "name": spec["credentialsSecretRef"].get("name")}
         }
     if spec.get("webhookSecretRef"):
-        entry["webhookSecret"] = {"secretRef": {"namespace": namespace, **spec["webhookSecretRef"]}}
+        entry["webhookSecret"] = {"secretRef": _own_secret(spec["webhookSecretRef"], namespace)}
     if spec.get("forgeTokenSecretRef"):
         ref = {"key": "token", **spec["forgeTokenSecretRef"]}
-        entry["forgeToken"] = {"secretRef": {"namespace": namespace, **ref}}
+        entry["forgeToken"] = {"secretRef": _own_secret(ref, namespace)}
     if spec.get("pollInterval"):
         entry["pollInterval"] = spec["pollInterval"]
     result = read_repository(reader, entry, "spec")
@@ -696,6 +696,12 @@ def _check_tenant_repository(reader: FieldReader, spec: RepositorySpec) -> None:
             f"{spec.path!r} {problem}",
             "use a folder inside the repository, e.g. claims",
         )
+
+
+def _own_secret(ref: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """A tenant's Secret reference, always into its own namespace: a ``namespace`` key in the
+    object (the CRD prunes it, an older CRD might not) never points at another tenant's Secret."""
+    return {**{k: ref[k] for k in ("name", "key") if k in ref}, "namespace": namespace}
 
 
 def _ref(spec: Mapping[str, Any], key: str) -> dict[str, Any]:

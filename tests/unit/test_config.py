@@ -170,6 +170,30 @@ def test_forge_token_is_a_checked_reference(tmp_path: Path) -> None:
     )
 
 
+def test_a_repository_binding_reads_secrets_of_its_own_namespace_only() -> None:
+    """A ``namespace`` key that an older CRD did not prune never reaches another tenant's Secret."""
+    binding = {
+        "metadata": {"name": "orders", "namespace": "cluster-attacker"},
+        "spec": {
+            "url": "https://git.example/team/orders.git",
+            "appNamespaces": ["orders"],
+            "appCluster": {"kubeconfigSecretRef": {"name": "app", "namespace": "cluster-victim"}},
+            "controlPlane": {"kubeconfigSecretRef": {"name": "b", "namespace": "cluster-victim"}},
+            "webhookSecretRef": {"name": "hook", "key": "secret", "namespace": "cluster-victim"},
+            "forgeTokenSecretRef": {"name": "forge", "namespace": "cluster-victim"},
+        },
+    }
+    spec = from_repository_binding(binding)
+    refs = (
+        spec.app_kubeconfig,
+        spec.control_plane_kubeconfig,
+        spec.webhook_secret,
+        spec.forge_token,
+    )
+    assert {ref.namespace for ref in refs if ref is not None} == {"cluster-attacker"}
+    assert spec.webhook_secret == SecretRef(namespace="cluster-attacker", name="hook", key="secret")
+
+
 def test_leader_election_is_off_by_default_and_checked(tmp_path: Path) -> None:
     assert parse_config(GOOD, "c.yaml", tmp_path).leader_election == LeaderElection()
     on = GOOD + "leaderElection: {enabled: true, namespace: klutch, retryPeriod: 500ms}\n"
