@@ -129,7 +129,7 @@ class Resolver:
         os.chmod(name, stat.S_IRUSR | stat.S_IWUSR)
         return Path(name)
 
-    def _client(self, ref: SecretRef, what: str, namespace: str) -> client.ApiClient:
+    def kube_client(self, ref: SecretRef, what: str, namespace: str) -> client.ApiClient:
         """A client for a referenced kubeconfig, checked again on every (re)start.
 
         A file named in the platform team's config goes through the kubernetes client's loader
@@ -157,8 +157,8 @@ class Resolver:
     def binding(self, spec: RepositorySpec) -> Binding:
         namespace = spec.consumer_namespace
         what = f"repository {spec.name}"
-        app = self._client(spec.app_kubeconfig, f"{what}: App Cluster kubeconfig", namespace)
-        control_plane = self._client(
+        app = self.kube_client(spec.app_kubeconfig, f"{what}: App Cluster kubeconfig", namespace)
+        control_plane = self.kube_client(
             spec.control_plane_kubeconfig, f"{what}: Control Plane kubeconfig", namespace
         )
         webhook = (

@@ -349,10 +349,12 @@ def _repository_bindings(admin: Kube) -> list[RepositorySpec]:
 
 
 def _client(resolver: Resolver, spec: RepositorySpec, ref: SecretRef, what: str) -> Kube:
-    text = resolver.value(
-        ref, f"repository {spec.name}: {what} kubeconfig", spec.consumer_namespace
+    """The reconciler's own rule: a tenant's kubeconfig strictly, a platform file as a file."""
+    return Kube(
+        resolver.kube_client(
+            ref, f"repository {spec.name}: {what} kubeconfig", spec.consumer_namespace
+        )
     )
-    return Kube(api_client(text.decode(errors="replace")))
 
 
 def _folder(path: str) -> str:
