@@ -32,6 +32,14 @@ RESOURCES = {
 }
 
 
+_FIXES = {
+    403: "let this identity get, create and patch it by name (the chart's ClusterRole does)",
+    404: "run a Control Plane on Kubernetes 1.30 or newer, which serves "
+    "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy",
+    409: "another manager owns a field of it: settle ownership with that manager",
+}
+
+
 def load_policies() -> list[dict[str, Any]]:
     """Every policy and binding, policies first (a binding names its policy), sorted by file."""
     documents = [
@@ -57,6 +65,5 @@ def install_policies(
         except KubeError as error:
             raise KlutchError(
                 f"{name} was not applied: {error.message}",
-                "a 409 means another manager owns a field: settle ownership with it; a 403 means "
-                "the identity may not manage admission policies (the chart grants it by name)",
+                _FIXES.get(error.status, "check the Control Plane's admission API and retry"),
             ) from error
