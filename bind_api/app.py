@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from pydantic import BaseModel, Field, field_validator
@@ -176,6 +177,13 @@ def create_app(
             ) from None
 
     Caller = Annotated[Principal, Depends(principal)]
+
+    @app.exception_handler(RequestValidationError)
+    def invalid_request(_request: Any, error: RequestValidationError) -> JSONResponse:
+        """FastAPI's 422 without the ``input`` it echoes: that may be a whole kubeconfig, or a
+        password, which must not travel back into a proxy's or CLI's logs."""
+        detail = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in error.errors()]
+        return JSONResponse({"detail": detail}, status_code=422)
 
     @app.exception_handler(KlutchError)
     def klutch_error(_request: Any, error: KlutchError) -> JSONResponse:

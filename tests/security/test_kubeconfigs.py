@@ -200,6 +200,9 @@ def test_the_bind_api_refuses_a_hostile_app_kubeconfig_before_binding(
     assert error["loc"] == ["body", "appKubeconfig"]
     assert error["msg"].startswith(f"Value error, {field_path}: ")
     assert "(fix: " in error["msg"]
+    # FastAPI would echo the whole kubeconfig (its credentials too) back as the error's input
+    assert "input" not in error
+    assert "certificate-authority-data" not in response.text
 
     time.sleep(1.0)  # an exec plugin or a connection would have happened by now
     attacker.assert_untouched()
