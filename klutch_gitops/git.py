@@ -270,6 +270,11 @@ class Checkout:
         return checkout
 
     @property
+    def credentials(self) -> Credentials:
+        """What this clone authenticates with, for a poll of the same remote."""
+        return self._credentials
+
+    @property
     def head(self) -> str | None:
         status, out, _ = self._git("rev-parse", "--verify", "--quiet", "HEAD^{commit}")
         return out.strip() if status == 0 else None

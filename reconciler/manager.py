@@ -477,9 +477,15 @@ class Reconciler:
         if seen is not None and seen != self.binder_kubeconfigs[key]:
             self._binder_renewed(*key)
 
-    def _ls_remote(self, url: str, branch: str) -> str | None:
-        sync = next((s for s in self.syncs.values() if s.spec.url == url), None)
-        return git.ls_remote(url, branch, sync.binding.credentials if sync else None)
+    def _ls_remote(self, name: str, url: str, branch: str) -> str | None:
+        """Poll with the registration's own credentials: another tenant's registration of the
+        same URL never lends its token."""
+        if name == PLATFORM:
+            credentials = self.platform.checkout.credentials if self.platform else None
+        else:
+            sync = self.syncs.get(name)
+            credentials = sync.binding.credentials if sync else None
+        return git.ls_remote(url, branch, credentials)
 
     def _source_changed(self, name: str) -> None:
         if name == PLATFORM and self.platform is not None:

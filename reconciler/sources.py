@@ -37,7 +37,9 @@ class _Remote:
 
 
 class Poller(Generic[K]):
-    """Runs ``ls_remote`` for every watched repository each interval, in one thread.
+    """Runs ``ls_remote(key, url, branch)`` for every watched repository each interval, in one
+    thread; the key lets the caller ask with that registration's own credentials, never those of
+    another registration of the same URL.
 
     ``on_change(key)`` is called when a branch's commit differs from the one seen last, and for
     the first observation, so a repository is synchronised once when it starts being watched.
@@ -49,7 +51,7 @@ class Poller(Generic[K]):
     def __init__(
         self,
         interval: float,
-        ls_remote: Callable[[str, str], str | None],
+        ls_remote: Callable[[K, str, str], str | None],
         on_change: Callable[[K], None],
     ) -> None:
         self._interval = interval
@@ -107,7 +109,7 @@ class Poller(Generic[K]):
             if self._stop.is_set():
                 return
             try:
-                sha = self._ls_remote(remote.url, remote.branch)
+                sha = self._ls_remote(key, remote.url, remote.branch)
             except Exception as error:
                 log.warning(
                     "polling %s failed: %s",

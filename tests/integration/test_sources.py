@@ -55,7 +55,7 @@ def test_a_remote_watched_otherwise_is_polled_every_nth_round_only(
     push_commit(tmp_path / "other-clone", other, "initial")
     asked: list[str] = []
 
-    def counting_ls_remote(url: str, branch: str) -> str | None:
+    def counting_ls_remote(key: str, url: str, branch: str) -> str | None:
         asked.append(url)
         return ls_remote(url, branch, timeout=10)
 
@@ -77,8 +77,10 @@ def test_a_remote_watched_otherwise_is_polled_every_nth_round_only(
 def test_poller_fires_first_and_after_a_push_only(remote: Path, tmp_path: Path) -> None:
     events: queue.Queue[str] = queue.Queue()
     failures: list[str] = []
+    asked: set[tuple[str, str]] = set()
 
-    def recording_ls_remote(url: str, branch: str) -> str | None:
+    def recording_ls_remote(key: str, url: str, branch: str) -> str | None:
+        asked.add((key, url))  # the key says whose credentials to poll with
         if "missing" in url:
             failures.append(url)
         return ls_remote(url, branch, timeout=10)
@@ -103,6 +105,10 @@ def test_poller_fires_first_and_after_a_push_only(remote: Path, tmp_path: Path) 
         started = time.monotonic()
         poller.stop()
     assert time.monotonic() - started < WAIT
+    assert asked == {
+        ("claims", remote.as_uri()),
+        ("broken", (tmp_path / "missing.git").as_uri()),
+    }
 
 
 def test_file_watcher_fires_after_a_push_to_a_bare_repository(remote: Path, tmp_path: Path) -> None:
