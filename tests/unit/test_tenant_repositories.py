@@ -19,7 +19,7 @@ import yaml
 
 from klutch_gitops.config import from_repository_binding
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git import Credentials, git_environment, ssh_command
+from klutch_gitops.git import Credentials, _fix, git_environment, ssh_command
 from klutch_gitops.urls import (
     PLATFORM_TRANSPORTS,
     TENANT_TRANSPORTS,
@@ -246,3 +246,12 @@ def test_ssh_takes_nothing_from_outside_the_registration(tmp_path: Path) -> None
     key, hosts = tmp_path / "key", tmp_path / "known_hosts"
     own = dict(arg.split("=", 1) for arg in shlex.split(ssh_command(key, hosts)) if "=" in arg)
     assert (own["IdentityFile"], own["UserKnownHostsFile"]) == (str(key), str(hosts))
+
+
+def test_an_unknown_ssh_host_key_names_the_fix() -> None:
+    """ssh refuses a host missing from the registration's known_hosts; the error says where the
+    key goes instead of the generic "check the URL"."""
+    refused = "Host key verification failed.\nfatal: Could not read from remote repository."
+    assert "known_hosts key of the credentials Secret" in _fix(refused, "generic")
+    assert "--known-hosts" in _fix(refused, "generic")
+    assert _fix("Connection refused", "generic") == "generic"
