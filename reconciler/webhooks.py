@@ -139,9 +139,8 @@ def _verify_token(
 def _matching(given: bytes, expected: Iterable[tuple[str, bytes]], header: str) -> frozenset[str]:
     """The registrations whose expected value is ``given``: every one compared in constant time,
     none skipped after a match; a 401 when none is."""
-    matched = frozenset(
-        name for name, value in [(n, hmac.compare_digest(given, v)) for n, v in expected] if value
-    )
+    results = [(name, hmac.compare_digest(given, value)) for name, value in expected]
+    matched = frozenset(name for name, equal in results if equal)
     if not matched:
         raise WebhookError(
             401, f"{header} matches the webhook secret of no registration of this repository"
