@@ -183,19 +183,27 @@ def make_tenant(
         write_back=WriteBack(mode=mode),
         app_sync=app_sync,
     )
-    config = Config(
-        control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
-        repositories=(spec,),
-        listen=f"127.0.0.1:{free_port()}",
-        poll_interval=1.0,
-        batch_window=0.3,
-        workers=2,
-        work_dir=tmp_path / "work",
-    )
+    config = quick_config(stack, tmp_path, repositories=(spec,))
     reconciler = Reconciler(config)
     if start:
         reconciler.start()
     return Tenant(app, admin, consumer, namespace, remote, clone, reconciler, config)
+
+
+def quick_config(stack: StackInfo, tmp_path: Path, **fields: Any) -> Config:
+    """A reconciler config for a test: the stack's Control Plane as admin, a free loopback port,
+    one-second polls and a short batch window; ``fields`` add or override."""
+    return Config(
+        **{
+            "control_plane_kubeconfig": Path(stack.clusters["control-plane"].kubeconfig),
+            "listen": f"127.0.0.1:{free_port()}",
+            "poll_interval": 1.0,
+            "batch_window": 0.3,
+            "workers": 2,
+            "work_dir": tmp_path / "work",
+            **fields,
+        }
+    )
 
 
 def _write(path: Path, text: str) -> Path:

@@ -17,15 +17,13 @@ from bind_api.consumer import PROVIDER_SECRETS
 from bind_api.namespaces import API_SERVICE_NAMESPACES, mapped_namespace
 from bind_api.server import build_server
 from klutch_gitops.bind_client import SERVICE_BINDINGS
-from klutch_gitops.config import Config
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube
-from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
 from tests.gitserver import GitServer
 
 from .bindapi import API, bind_api_config, cli, dev_id_token, offered_api, serving
-from .gitops import POSTGRES, claim, eventually, git
+from .gitops import POSTGRES, claim, eventually, git, quick_config
 from .test_bindings import bare_repo
 
 
@@ -139,16 +137,7 @@ def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
     password_file = tmp_path / "git-password"
     password_file.write_text(f"git-{uuid.uuid4().hex}\n")
     common = ["--token", id_token, "--kubeconfig", kubeconfig]
-    reconciler = Reconciler(
-        Config(
-            control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
-            listen=f"127.0.0.1:{free_port()}",
-            poll_interval=1.0,
-            batch_window=0.3,
-            workers=2,
-            work_dir=tmp_path / "work",
-        )
-    ).start(serve_http=False)
+    reconciler = Reconciler(quick_config(stack, tmp_path)).start(serve_http=False)
     try:
         bound = cli(
             tmp_path,

@@ -27,16 +27,14 @@ from bind_api.bindings import (
 )
 from bind_api.consumer import PROVIDER_SECRETS
 from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, NamespaceController
-from klutch_gitops.config import Config
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds, version_snapshot
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, api_client
-from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
 from tests.gitserver import GitServer
 
-from .gitops import POSTGRES, claim, eventually, git
+from .gitops import POSTGRES, claim, eventually, git, quick_config
 from .test_reconciler_modes import TEMPLATES
 
 POSTGRES_API = "postgresqlinstances.anynines.com"
@@ -231,14 +229,7 @@ def test_the_reconciler_follows_a_binding_until_unbound(
     app = Kube(clusters["app"])
     team, result = bind_repository(admin, offered, stack, app, tmp_path, git_server)
     consumer = result.consumer_namespace
-    config = Config(
-        control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
-        listen=f"127.0.0.1:{free_port()}",
-        poll_interval=1.0,
-        batch_window=0.3,
-        workers=2,
-        work_dir=tmp_path / "work",
-    )
+    config = quick_config(stack, tmp_path)
     reconciler = Reconciler(config).start(serve_http=False)
     try:
         eventually(lambda: app.get(POSTGRES, team, "orders"), "the claim in the App namespace")

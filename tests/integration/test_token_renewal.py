@@ -22,16 +22,15 @@ from bind_api.consumer import (
     binder_kubeconfig,
 )
 from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, BINDER
-from klutch_gitops.config import Config, TokenRenewal
+from klutch_gitops.config import TokenRenewal
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import EVENTS, NAMESPACES, SECRETS, Kube, KubeError, api_client
-from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler.manager import Reconciler
 from reconciler.tokens import INVALID_REASON, TokenRenewer, TokenTimes, token_times
 from tests.gitserver import GitServer
 
-from .gitops import POSTGRES, claim, eventually, git
+from .gitops import POSTGRES, claim, eventually, git, quick_config
 from .test_bindings import POSTGRES_API, bind_repository, request
 from .test_reconciler_modes import TEMPLATES
 
@@ -145,15 +144,7 @@ def test_the_reconciler_renews_a_binding_token_and_the_binding_switches_to_it(
     old = stale["users"][0]["user"]["token"]
     eventually(lambda: rejected(stale, consumer), "the stale token to be refused")
 
-    config = Config(
-        control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
-        listen=f"127.0.0.1:{free_port()}",
-        poll_interval=1.0,
-        batch_window=0.3,
-        workers=2,
-        work_dir=tmp_path / "work",
-        binder_tokens=SETTINGS,
-    )
+    config = quick_config(stack, tmp_path, binder_tokens=SETTINGS)
     reconciler = Reconciler(config).start(serve_http=False)
     name = f"{consumer}.{result.repository_binding}"
     try:

@@ -13,13 +13,11 @@ connection to the attacker's server.
 from __future__ import annotations
 
 import base64
-import socketserver
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,57 +27,42 @@ import yaml
 from kubernetes import client
 
 from bind_api.server import build_server
-from klutch_gitops.config import Config
 from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube
-from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
 from tests.gitserver import GitServer
 from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving
-from tests.integration.gitops import claim, eventually
+from tests.integration.gitops import claim, eventually, quick_config
+from tests.security.listener import Listener, listening
 
 VICTIM_TOKEN = "victim-forge-token-0123456789"  # what tokenFile would have sent away
 
 
-class _Recording(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        self.request.settimeout(1.0)
-        try:
-            data = self.request.recv(4096)
-        except OSError:
-            data = b""
-        self.server.connections.append(data)  # type: ignore[attr-defined]
-
-
 @dataclass
 class Attacker:
-    """A loopback TCP server that records every connection it gets, TLS or plain, and the marker
-    file an exec plugin would touch."""
+    """The attacker's listener, and the marker file an exec plugin would touch."""
 
-    port: int
+    listener: Listener
     marker: Path
     token_file: Path
-    connections: list[bytes] = field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        return self.listener.port
 
     def assert_untouched(self) -> None:
         assert not self.marker.exists(), "the exec plugin ran"
-        assert self.connections == [], f"the attacker's server was reached: {self.connections!r}"
+        connections = self.listener.connections
+        assert connections == [], f"the attacker's server was reached: {connections!r}"
 
 
 @pytest.fixture
 def attacker(tmp_path: Path) -> Iterator[Attacker]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Recording)
-    server.daemon_threads = True
     token_file = tmp_path / "victim-token"
     token_file.write_text(VICTIM_TOKEN)
-    found = Attacker(server.server_address[1], tmp_path / "exec-ran", token_file)
-    server.connections = found.connections  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield found
-    server.shutdown()
-    server.server_close()
+    with listening() as listener:
+        yield Attacker(listener, tmp_path / "exec-ran", token_file)
 
 
 def app_cluster(stack: StackInfo) -> tuple[str, str]:
@@ -297,14 +280,7 @@ def test_the_reconciler_refuses_hostile_kubeconfigs_in_repository_binding_secret
     }
     for attack, (text, _) in attacks.items():
         admin.create(SECRETS, secret(consumer, attack.lower(), text))
-    config = Config(
-        control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
-        listen=f"127.0.0.1:{free_port()}",
-        poll_interval=1.0,
-        batch_window=0.3,
-        workers=2,
-        work_dir=tmp_path / "work",
-    )
+    config = quick_config(stack, tmp_path)
     reconciler = Reconciler(config).start(serve_http=False)
     try:
         for name, (app, control_plane, _, _) in cases.items():

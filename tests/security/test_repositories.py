@@ -35,17 +35,15 @@ from kubernetes import client
 
 from bind_api.consumer import consumer_namespace
 from bind_api.server import build_server
-from klutch_gitops.config import Config
 from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Checkout, Credentials, git_environment, ls_remote, ssh_command
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube, KubeError
-from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
 from klutch_gitops.oidc_client import unverified_claims
 from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
 from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving
-from tests.integration.gitops import POSTGRES, claim, eventually, git
+from tests.integration.gitops import POSTGRES, claim, eventually, git, quick_config
 
 CRD_NAME = "repositorybindings.gitops.klutch.anynines.com"
 
@@ -251,14 +249,7 @@ def test_the_reconciler_refuses_a_file_repository_binding_that_predates_the_crd(
             },
         )
     refs_before = victim.refs()
-    config = Config(
-        control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
-        listen=f"127.0.0.1:{free_port()}",
-        poll_interval=1.0,
-        batch_window=0.3,
-        workers=2,
-        work_dir=tmp_path / "work",
-    )
+    config = quick_config(stack, tmp_path)
     reconciler = Reconciler(config).start(serve_http=False)  # installs today's CRDs first
     crds = load_crds(cluster="control-plane")
     (current,) = [c for c in crds if c["metadata"]["name"] == CRD_NAME]

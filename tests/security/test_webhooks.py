@@ -16,13 +16,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import socketserver
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -36,6 +34,7 @@ from reconciler.manager import Reconciler
 from reconciler.review import context, marker
 from tests.integration.gitea import Gitea, running_gitea
 from tests.integration.gitops import Origin, Tenant, eventually, git, make_tenant
+from tests.security.listener import Listener, listening
 
 A_SECRET = b"tenant-a-webhook-secret"
 B_SECRET = b"tenant-b-webhook-secret"
@@ -43,39 +42,15 @@ METRICS_TOKEN = "metrics-token-for-the-platform-team"
 QUIET = 3.0  # seconds in which a wrongly triggered fetch or post would have happened
 
 
-class _Recording(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        self.request.settimeout(1.0)
-        try:
-            data = self.request.recv(65536)
-        except OSError:
-            data = b""
-        self.server.connections.append(data)  # type: ignore[attr-defined]
-
-
-@dataclass
-class Attacker:
-    """A loopback TCP server that records every connection and what was sent on it."""
-
-    port: int
-    connections: list[bytes] = field(default_factory=list)
-
-    @property
-    def api(self) -> str:
-        return f"http://127.0.0.1:{self.port}/steal/api/v1/repos/klutch-admin/victim"
+def attacker_api(listener: Listener) -> str:
+    """A forge API URL on the attacker's listener: same host as Gitea, another port and path."""
+    return f"http://127.0.0.1:{listener.port}/steal/api/v1/repos/klutch-admin/victim"
 
 
 @pytest.fixture
-def attacker() -> Iterator[Attacker]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Recording)
-    server.daemon_threads = True
-    found = Attacker(server.server_address[1])
-    server.connections = found.connections  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield found
-    server.shutdown()
-    server.server_close()
+def attacker() -> Iterator[Listener]:
+    with listening() as listener:
+        yield listener
 
 
 @dataclass
@@ -251,7 +226,7 @@ def push_branch(tenant: Tenant, branch: str, text: str) -> str:
 
 
 def test_a_pull_request_signed_by_a_reaches_neither_b_nor_the_payloads_api(
-    pair: Pair, attacker: Attacker
+    pair: Pair, attacker: Listener
 ) -> None:
     a_head = push_branch(pair.a, "notes", "a's notes\n")
     b_head = push_branch(pair.b, "notes", "b's notes\n")
@@ -259,7 +234,7 @@ def test_a_pull_request_signed_by_a_reaches_neither_b_nor_the_payloads_api(
     b_number = pair.gitea.open_pull(pair.b_repo, "notes", "main", "notes")["number"]
     assert a_number == b_number  # each repository's first: the payload's number names both
     document = payload(pair, pair.a_repo, pair.b_repo)
-    document["repository"]["url"] = attacker.api  # where the old reconciler posted to
+    document["repository"]["url"] = attacker_api(attacker)  # where the old reconciler posted to
     body = json.dumps(
         {
             "action": "opened",
