@@ -132,7 +132,7 @@ INVALID = [
     (
         "PostgresqlInstance",
         {"service": "a9s-postgresql13", "plan": "postgresql-single-small-bionic"},
-        "Bionic plans are not supported by the a8s operator",
+        "Unsupported plan used for postgresql",
     ),
     (
         "PostgresqlInstance",

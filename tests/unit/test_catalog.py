@@ -54,7 +54,6 @@ MESSAGES = {
         TO_SINGLE,
         "Plan migrations not possible from Non-Bionic to Bionic and Bionic to Non-Bionic",
         "Bionic plans are only supported by a9s PostgreSQL 13",
-        "Bionic plans are not supported by the a8s operator",
         "Unsupported service used for postgresql",
         "Unsupported plan used for postgresql",
         *(
