@@ -195,7 +195,7 @@ class Kube:
             )
         except ApiException as error:
             raise KubeError.of(error) from None
-        if response.status >= 400:
+        if response.status >= 300:  # a redirect is never followed (tenant_kubeconfig): an error
             raise KubeError.of(
                 ApiException(
                     status=response.status,

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import urllib3
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -428,7 +429,11 @@ def _server(value: Any, path: str, problems: list[Problem]) -> str | None:
     if any(c.isspace() or not c.isprintable() for c in value) or "\\" in value:
         problems.append(Problem(path, "contains spaces, control characters or backslashes", fix))
         return None
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        problems.append(Problem(path, "is not a valid https://host[:port][/path] URL", fix))
+        return None
     if parts.scheme != "https" or not value.startswith("https://"):
         problems.append(Problem(path, "must be an https:// URL", fix))
         return None
@@ -446,6 +451,9 @@ def _server(value: Any, path: str, problems: list[Problem]) -> str | None:
         port = -1
     host = parts.hostname or ""
     if port == -1 or port == 0 or not _host(host) or not _PATH.fullmatch(parts.path):
+        problems.append(Problem(path, "is not a valid https://host[:port][/path] URL", fix))
+        return None
+    if parts.netloc.startswith("[") and ":" not in host:  # ``[v1.x]``: brackets hold IPv6 only
         problems.append(Problem(path, "is not a valid https://host[:port][/path] URL", fix))
         return None
     shown = f"[{host}]" if ":" in host else host
@@ -526,6 +534,9 @@ def api_client(kubeconfig: TenantKubeconfig) -> client.ApiClient:
     # Also in the Configuration: a client built from it anew still trusts only this CA.
     configuration.ca_cert_data = kubeconfig.ca_pem.decode()
     configuration.tls_server_name = kubeconfig.tls_server_name
+    # Never follow a redirect: the tenant's server could send the client to any plain-http
+    # address inside the reconciler's network and read the answer back from the error it becomes.
+    configuration.retries = urllib3.Retry(total=3, redirect=False)
     if kubeconfig.token is not None:
         configuration.api_key["BearerToken"] = f"Bearer {kubeconfig.token}"
     context = ssl.create_default_context(cadata=kubeconfig.ca_pem.decode())

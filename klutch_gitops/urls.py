@@ -20,8 +20,11 @@ from klutch_gitops.errors import KlutchError
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ssh": 22, "git+ssh": 22, "ssh+git": 22, "git": 9418}
 # ``user@host:path`` (Git's scp-like syntax): a colon before any slash, and no ``://``.
 _SCP_LIKE = re.compile(r"^(?:(?P<user>[^@/]+)@)?(?P<host>[^:/]+):(?P<path>.*)$")
+# Anchored where a scheme can begin (not inside a run of scheme characters): unanchored, a long
+# run without ``://`` was tried from every position, quadratic in the text's length.
 _USERINFO = re.compile(
-    r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^/@\s:]*)(?P<password>:[^/@\s]*)?@", re.IGNORECASE
+    r"(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^/@\s:]*)(?P<password>:[^/@\s]*)?@",
+    re.IGNORECASE,
 )
 
 
@@ -222,13 +225,13 @@ def _scp_parts(url: str, fix: str) -> tuple[str | None, str | None, str, str]:
 
 def _shown(url: str) -> str:
     """``url`` for a message: redacted, cut short, control characters escaped."""
-    text = redact(url)
+    text = redact(url[:400])
     return repr(text if len(text) <= 200 else text[:200] + "…")
 
 
 def _invalid(url: str) -> InvalidRepoURL:
     return InvalidRepoURL(
-        f"{redact(url)!r} is not a repository URL",
+        f"{_shown(url)} is not a repository URL",
         "write it as https://host/org/repo, ssh://git@host/org/repo, git@host:org/repo "
         "or file:///path/to/repo",
     )

@@ -32,7 +32,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from klutch_gitops.urls import InvalidRepoURL, normalize_repo_url
+from klutch_gitops.urls import MAX_URL_LENGTH, InvalidRepoURL, normalize_repo_url
 from reconciler.deliveries import Deliveries
 
 log = logging.getLogger(__name__)
@@ -331,8 +331,10 @@ def inspect(
     return push
 
 
-# A JSON string (escapes included), so that brackets inside strings are not counted.
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# A JSON string (escapes included), so that brackets inside strings are not counted. The closing
+# quote is optional: an unterminated string runs to the end in one match, where a required quote
+# made every later '"' start a scan to the end again (quadratic: 48 KB took 5 s, holding the GIL).
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 
 
 def nesting_depth(text: str) -> int:
@@ -374,6 +376,12 @@ def _repository_urls(payload: Mapping[str, Any], spec: _Provider) -> frozenset[s
             continue
         if not isinstance(value, str):
             raise WebhookError(400, f"payload field {spec.repository_field}.{field} is not text")
+        if len(value) > MAX_URL_LENGTH:
+            raise WebhookError(
+                400,
+                f"payload field {spec.repository_field}.{field} is longer than "
+                f"{MAX_URL_LENGTH} characters; no repository URL is",
+            )
         try:
             urls.add(normalize_repo_url(value))
         except InvalidRepoURL as error:

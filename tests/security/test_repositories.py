@@ -112,6 +112,8 @@ def attacks(victim: Victim, marker: Path) -> dict[str, tuple[dict[str, Any], str
         "dotdot-branch": ({"branch": "main..evil"}, "branch", "must not hold '..'"),
         "parent-path": ({"path": "../other-team"}, "path", "must not contain '..' or '.git'"),
         "option-path": ({"path": "-claims"}, "path", "must not start with '-'"),
+        # 900,000 characters of one scheme-like run: redact() scanned it from every position
+        "huge-url": ({"url": "a" * 900_000}, "url", "must have 1 to 2048 characters"),
     }
 
 
@@ -125,6 +127,7 @@ ATTACKS = [
     "dotdot-branch",
     "parent-path",
     "option-path",
+    "huge-url",
 ]
 
 

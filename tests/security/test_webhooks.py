@@ -284,6 +284,26 @@ def test_a_body_nested_200000_deep_is_a_400_and_triggers_nothing(pair: Pair) -> 
     assert (pair.fetches(pair.a), pair.fetches(pair.b)) == fetches
 
 
+def test_bodies_made_for_quadratic_scans_are_refused_at_once(pair: Pair) -> None:
+    """An unsigned megabyte of unterminated strings, and a payload URL of 100,000 characters:
+    each made a regular expression scan from every position (48 KB took 5 s, a megabyte about
+    40 minutes, holding the GIL: renewals, health checks and workers stalled). Now each is read
+    once; the client's 30-second timeout is the bound, not a benchmark."""
+    fetches = pair.fetches(pair.a), pair.fetches(pair.b)
+    unterminated = b'"a\\' * 340_000
+    response = post(pair, unterminated, b"no secret of anyone's")
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("payload is not JSON")
+    document = payload(pair, pair.a_repo, pair.a_repo)
+    document["repository"]["clone_url"] = "a" * 100_000
+    response = post(pair, json.dumps({"ref": "refs/heads/main", **document}).encode(), A_SECRET)
+    assert response.status_code == 400
+    assert "longer than 2048 characters" in response.json()["error"]
+    assert len(response.text) < 1000  # the URL is not echoed back
+    assert httpx.get(f"{pair.url}/healthz", timeout=5).status_code == 200
+    assert (pair.fetches(pair.a), pair.fetches(pair.b)) == fetches
+
+
 def test_a_replayed_delivery_triggers_nothing(pair: Pair) -> None:
     a_new = pair.a.push({"claims/README.md": f"replayed {uuid.uuid4()}\n"})
     body, delivery = push_body(pair, a_new), str(uuid.uuid4())

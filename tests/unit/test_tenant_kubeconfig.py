@@ -229,6 +229,8 @@ def test_cluster_fields_that_read_files_or_reach_other_hosts_are_refused_by_name
         ("https://bad_host.example", "not a valid"),
         ("https://1.2.3", "not a valid"),
         ("https://[fe80::1%25eth0]:6443", "not a valid"),
+        ("https://[::1", "not a valid"),
+        ("https://[v1.x]/", "not a valid"),
         ("", "is missing"),
         (6443, "is missing"),
     ],
@@ -424,8 +426,15 @@ def test_kube_api_client_parses_text_and_mappings_as_tenant_input(tmp_path: Path
 
 class Recorder(http.server.BaseHTTPRequestHandler):
     seen: ClassVar[list[dict[str, str]]] = []
+    redirect_to: ClassVar[str | None] = None  # answer every request with a 307 to here
 
     def do_GET(self) -> None:
+        if Recorder.redirect_to is not None:
+            self.send_response(307)
+            self.send_header("Location", Recorder.redirect_to)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         Recorder.seen.append(
             {
                 "path": self.path,
@@ -458,6 +467,7 @@ def mtls_server(tmp_path: Path) -> Iterator[str]:
     thread.start()
     Recorder.seen.clear()
     yield f"https://127.0.0.1:{server.server_address[1]}"
+    Recorder.redirect_to = None
     server.shutdown()
     server.server_close()
 
@@ -500,3 +510,40 @@ def test_the_client_trusts_only_the_kubeconfigs_ca(mtls_server: str) -> None:
     with pytest.raises(KubeError, match="CERTIFICATE_VERIFY_FAILED"):
         Kube(api)._call("GET", "/api")
     assert Recorder.seen == []
+
+
+class Internal(http.server.BaseHTTPRequestHandler):
+    """A plain-http service inside the reconciler's network, which a tenant must not read."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        Internal.seen.append(self.path)
+        body = b"INTERNAL-SECRET-DATA"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: Any) -> None:
+        return
+
+
+def test_the_client_follows_no_redirect_of_the_tenants_server(mtls_server: str) -> None:
+    """The tenant's own server (its CA, its certificate) redirects to a plain-http address: the
+    client stops at the 307, and the internal service's answer never reaches an error message
+    that would be written to the tenant's reconcile.yaml."""
+    internal = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Internal)
+    threading.Thread(target=internal.serve_forever, daemon=True).start()
+    Internal.seen.clear()
+    Recorder.redirect_to = f"http://127.0.0.1:{internal.server_address[1]}/api/v1/secrets"
+    try:
+        api = load_client(with_certificate(mtls_server))
+        with pytest.raises(KubeError) as raised:
+            Kube(api)._call("GET", "/api")
+    finally:
+        internal.shutdown()
+        internal.server_close()
+    assert raised.value.status == 307
+    assert "INTERNAL-SECRET-DATA" not in str(raised.value)
+    assert Internal.seen == []
