@@ -68,6 +68,11 @@ def pg(service: str, plan: str, composition: str, **more: Any) -> Spec:
     return {"service": service, "plan": plan, "compositionRef": {"name": composition}, **more}
 
 
+def a9s(service: str, plan: str, composition: str, **parameters: Any) -> Spec:
+    spec: Spec = {"service": service, "plan": plan, "compositionRef": {"name": composition}}
+    return {**spec, "parameters": parameters} if parameters else spec
+
+
 def backup(kind: str, composition: str) -> Spec:
     return {
         "instanceRef": "sample-instance",
@@ -218,6 +223,79 @@ CREATES = [
     Case(f"{EXAMPLES}/a8s/postgresql-claim-parameters.yaml@8c16f857", "PostgresqlInstance",
          pg("a9s-postgresql13", "postgresql-single-small", "a8s-postgresql", expose="Internal",
             parameters=A8S_PARAMETERS)),
+    # Klutch's KeyValue example sets clustered-only parameters on a single plan: Klutch's own
+    # rules (a9s/keyvalue/definition.yaml at 9770f149) refuse it, with six causes.
+    Case(f"{EXAMPLES}/a9s/keyvalue/serviceinstance-claim.yaml@ab8cf0b6", "KeyvalueInstance",
+         a9s("a9s-keyvalue8", "keyvalue-single-small-ssl", "a9s-keyvalue")),
+    Case(f"{EXAMPLES}/a9s/keyvalue/serviceinstance-claim-parameters.yaml@9ee457b6",
+         "KeyvalueInstance",
+         a9s("a9s-keyvalue8", "keyvalue-single-small-ssl", "a9s-keyvalue",
+             snapshot="['save 900 1','save 300 10','save 60 10000']", replBacklogSize="10mb",
+             minReplicasToWrite=2, minReplicasMaxLag=1001, lazyfreeLazyEviction="no",
+             lazyfreeLazyExpire="yes", maxmemory="dynamic", maxmemoryPolicy="allkeys-lfu",
+             maxmemorySamples=5, maxclients=1001, downAfterMilliseconds=30000,
+             failoverTimeout=1500, hostnameResolution="resolve-only",
+             tlsProtocols="TLSv1.2 TLSv1.3",
+             tlsCiphers="ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256",
+             tlsCiphersuites="TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384",
+             luaTimeLimit=5000, notifyKeyspaceEvents="KEA"),
+         tuple(f"parameters.{name} is only supported for clustered plans" for name in (
+             "hostnameResolution", "downAfterMilliseconds", "failoverTimeout",
+             "minReplicasMaxLag", "minReplicasToWrite", "replBacklogSize"))),
+    Case(f"{EXAMPLES}/a9s/logme2/serviceinstance-claim.yaml@3bb6ce43", "Logme2Instance",
+         a9s("a9s-logme2", "logme-single-small-ssl", "a9s-logme2")),
+    Case(f"{EXAMPLES}/a9s/logme2/serviceinstance-claim-parameters.yaml@7ddb1d85",
+         "Logme2Instance",
+         a9s("a9s-logme2", "logme-single-small-ssl", "a9s-logme2",
+             javaHeapspace=512, javaMaxmetaspace=256, javaGarbageCollector="UseParallelGC",
+             ismJobInterval=60, ismDeletionAfter="1h", ismJitter=0.5,
+             opensearchTlsProtocols=["TLSv1.2", "TLSv1.3"],
+             opensearchTlsCiphers=["TLS_DHE_RSA_WITH_AES_256_CBC_SHA"],
+             fluentdUdp=60001, fluentdTcp=60002, fluentdTls=60003,
+             fluentdTlsCiphers="ALL:!aNULL:!eNULL:!SSLv2", fluentdTlsVersion="TLS1_3",
+             fluentdTlsMinVersion="TLS1_2", fluentdTlsMaxVersion="TLS1_3",
+             groks=[{"pattern": "%{WORD:Some} %{WORD:Grok} %{WORD:Pattern}"},
+                    {"pattern": "%{WORD:Some2} %{WORD:Grok2} %{WORD:Pattern2}"}])),
+    Case(f"{EXAMPLES}/a9s/mariadb/serviceinstance-claim.yaml@3bb6ce43", "MariadbInstance",
+         a9s("a9s-mariadb106", "mariadb-single-nano-ssl", "a9s-mariadb")),
+    Case(f"{EXAMPLES}/a9s/mariadb/serviceinstance-claim-parameters.yaml@d8133cb5",
+         "MariadbInstance",
+         a9s("a9s-mariadb106", "mariadb-single-nano-ssl", "a9s-mariadb", binlogExpireDays=1,
+             databases=["db1", "db2"], grantPerformanceSchemaPermissions=True)),
+    Case(f"{EXAMPLES}/a9s/mongodb/serviceinstance-claim.yaml@3bb6ce43", "MongodbInstance",
+         a9s("a9s-mongodb50", "mongodbsspl-single-nano-ssl", "a9s-mongodb")),
+    Case(f"{EXAMPLES}/a9s/mongodb/serviceinstance-claim-parameters.yaml@fd0376d1",
+         "MongodbInstance",
+         a9s("a9s-mongodb70", "mongodbsspl-replica-small-ssl", "a9s-mongodb",
+             setClusterParameter={
+                 "changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": 100}}})),
+    Case(f"{EXAMPLES}/a9s/postgresql/serviceinstance-claim.yaml@8c16f857", "PostgresqlInstance",
+         pg("a9s-postgresql15", "postgresql-single-nano", "a9s-postgresql")),
+    Case(f"{EXAMPLES}/a9s/postgresql/serviceinstance-claim-parameters.yaml@27dcab8e",
+         "PostgresqlInstance",
+         pg("a9s-postgresql15", "postgresql-replica-small", "a9s-postgresql",
+            parameters={**A9S_PARAMETERS, "maxConnections": 200, "maxWalSenders": 12,
+                        "logErrorVerbosity": "VERBOSE", "walLevelLogical": True})),
+    Case(f"{EXAMPLES}/a9s/prometheus/serviceinstance-claim.yaml@8c16f857", "PrometheusInstance",
+         a9s("a9s-prometheus", "prometheus-single-small", "a9s-prometheus")),
+    Case(f"{EXAMPLES}/a9s/prometheus/serviceinstance-claim-parameters.yaml@250caba5",
+         "PrometheusInstance",
+         a9s("a9s-prometheus", "prometheus-single-small", "a9s-prometheus",
+             mappingStrictMatch=False,
+             scrapeConfigs=[{
+                 "job_name": "example_metrics", "scrape_interval": "60s",
+                 "scrape_timeout": "30s",
+                 "static_configs": [{"targets": [
+                     "example-app-prometheus-hungry-hippopotamus-ow.apps.example.a9s-dummy.de"]}],
+             }])),
+    Case(f"{EXAMPLES}/a9s/search/serviceinstance-claim.yaml@8c16f857", "SearchInstance",
+         a9s("a9s-search2", "search-single-small-ssl", "a9s-search")),
+    Case(f"{EXAMPLES}/a9s/search/serviceinstance-claim-parameters.yaml@dde41836",
+         "SearchInstance",
+         a9s("a9s-search2", "search-single-small-ssl", "a9s-search", javaHeapspace=512,
+             javaMaxmetaspace=256, javaGarbageCollector="UseParallelGC",
+             tlsProtocols=["TLSv1.2", "TLSv1.3"],
+             tlsCiphers=["TLS_DHE_RSA_WITH_AES_256_CBC_SHA"])),
     Case(f"{EXAMPLES}/a9s/messaging/serviceinstance-claim.yaml@8c16f857", "MessagingInstance",
          {"service": "a9s-messaging310", "plan": "messaging-single-small-ssl",
           "compositionRef": {"name": "a9s-messaging"}}),
