@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import Kube, KubeError, Resource
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,9 @@ log = logging.getLogger(__name__)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 SESSION_LABEL = "klutch.anynines.com/bind-session"
 EXPIRES_ANNOTATION = "klutch.anynines.com/expires"
+# Records outlive their session by this much: a replica whose clock runs behind still takes the
+# cookie for a while after it expired here, and must still find the record.
+CLOCK_SKEW_SECONDS = 300
 
 
 def record_name(session_id: str) -> str:
@@ -48,7 +52,7 @@ def expired(records: Iterable[Mapping[str, Any]], now: float) -> list[str]:
     names = []
     for lease in records:
         stamp = (lease["metadata"].get("annotations") or {}).get(EXPIRES_ANNOTATION, "")
-        if not stamp.isdigit() or int(stamp) < now:
+        if not stamp.isdigit() or int(stamp) + CLOCK_SKEW_SECONDS < now:
             names.append(lease["metadata"]["name"])
     return names
 
@@ -68,7 +72,12 @@ class SessionLedger:
         except KubeError as error:
             if error.conflict:
                 return False
-            raise
+            raise KlutchError(
+                f"the bind API could not record this session's use ({error.status} "
+                f"{error.reason}), so it bound nothing",
+                f"let the bind API create Leases in namespace {self.namespace} (the chart's Role "
+                "does), then log in again",
+            ) from None
         self.collect()
         return True
 

@@ -28,6 +28,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 REQUEST_SECONDS = 10.0  # from a request's first byte to its last, body included
 MAX_HEADER_BYTES = 16 * 1024  # request line and headers
 MAX_BODY_BYTES = 1024 * 1024
+# Connections and requests at once; past it uvicorn answers 503, so strangers holding requests
+# open (each for up to REQUEST_SECONDS, each buffering up to its body cap) cannot exhaust memory.
+MAX_CONCURRENCY = 256
 TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"connection: close\r\ncontent-length: 54\r\n\r\n"
@@ -163,6 +166,7 @@ def bounded_config(
         http=protocol,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         timeout_keep_alive=5,
+        limit_concurrency=MAX_CONCURRENCY,
         **options,
     )
 

@@ -8,8 +8,8 @@ RepositoryBinding is enough to pick up new credentials. Resolved secrets stay in
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
-import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,13 +121,20 @@ class Resolver:
         )
 
     def _private_file(self, prefix: str, content: str) -> Path:
-        """ssh needs key files on disk: write them owner-only, outside any repository."""
+        """ssh needs key files on disk: write them owner-only, outside any repository.
+
+        Named after a digest of the content, so the restarts of a binding (every token renewal,
+        every webhook visit of another replica's registration) reuse one file, not one each.
+        """
         self.secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        handle, name = tempfile.mkstemp(prefix=f"{prefix}-", dir=self.secrets_dir)
-        with os.fdopen(handle, "w") as out:
-            out.write(content if content.endswith("\n") else content + "\n")
-        os.chmod(name, stat.S_IRUSR | stat.S_IWUSR)
-        return Path(name)
+        text = content if content.endswith("\n") else content + "\n"
+        path = self.secrets_dir / f"{prefix}-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
+        if not path.exists():
+            handle, name = tempfile.mkstemp(prefix=f".{prefix}-", dir=self.secrets_dir)
+            with os.fdopen(handle, "w") as out:  # mkstemp: owner-only from the start
+                out.write(text)
+            os.replace(name, path)
+        return path
 
     def kube_client(self, ref: SecretRef, what: str, namespace: str) -> client.ApiClient:
         """A client for a referenced kubeconfig, checked again on every (re)start.

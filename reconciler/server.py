@@ -17,10 +17,9 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from klutch_gitops.serving import bounded_config, serve_in_thread
+from reconciler import webhooks
 from reconciler.metrics import exposition
 from reconciler.webhooks import Candidates, PullRequestEvent, PushEvent, webhook_router
-
-WEBHOOK_BODY_BYTES = 25 * 1000 * 1000
 
 
 class Unauthorized(Exception):
@@ -87,11 +86,12 @@ def serve(app: FastAPI, listen: str) -> uvicorn.Server:
     """Run ``app`` on ``host:port`` in a background thread; ``server.should_exit`` stops it.
 
     Requests get a receive deadline and header limit (``klutch_gitops.serving``); bodies are
-    capped at GitHub's own webhook payload cap (25 MB, "About webhook events and payloads").
+    capped where the webhook router would refuse them anyway (``webhooks.MAX_BODY``), so no
+    connection can make the server buffer more than that.
     """
     return serve_in_thread(
         bounded_config(
-            app, listen, max_body_bytes=WEBHOOK_BODY_BYTES, log_level="warning", access_log=False
+            app, listen, max_body_bytes=webhooks.MAX_BODY, log_level="warning", access_log=False
         ),
         "http",
     )

@@ -4,7 +4,14 @@ tests/security/test_browser_flow.py."""
 
 from __future__ import annotations
 
-from bind_api.ledger import EXPIRES_ANNOTATION, SESSION_LABEL, expired, record, record_name
+from bind_api.ledger import (
+    CLOCK_SKEW_SECONDS,
+    EXPIRES_ANNOTATION,
+    SESSION_LABEL,
+    expired,
+    record,
+    record_name,
+)
 
 
 def test_a_record_names_a_hash_of_the_session_and_its_expiry() -> None:
@@ -24,5 +31,12 @@ def test_only_expired_or_unreadable_records_are_collected() -> None:
         annotations = {EXPIRES_ANNOTATION: expires} if expires is not None else {}
         return {"metadata": {"name": name, "annotations": annotations}}
 
-    records = [lease("old", "999"), lease("live", "1001"), lease("odd", "x"), lease("none", None)]
+    records = [
+        lease("old", "699"),
+        lease("skew", "700"),  # expired, but a replica whose clock runs behind may still take it
+        lease("live", "1001"),
+        lease("odd", "x"),
+        lease("none", None),
+    ]
     assert expired(records, now=1000) == ["old", "odd", "none"]
+    assert CLOCK_SKEW_SECONDS == 300
