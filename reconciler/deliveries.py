@@ -7,10 +7,11 @@ delivery that neither names; another registration of the same repository (GitHub
 delivery id to every hook of an event) still gets its own.
 
 Only verified deliveries are recorded, so strangers cannot fill the memory; it is bounded anyway
-(``capacity`` keys, the oldest dropped first) and forgets after ``ttl``. It is one replica's
-memory: a replay sent to another reconciler replica within the ttl triggers there once more — a
-fetch of the same head, or a new plan of the pull request's current head posted into the same
-comment, both idempotent.
+(``capacity`` keys per registration, the oldest dropped first: a tenant flooding its own
+registration with signed deliveries evicts only its own records) and forgets after ``ttl``.
+It is one replica's memory: a replay sent to another reconciler replica within the ttl triggers
+there once more — a fetch of the same head, or a new plan of the pull request's current head
+posted into the same comment, both idempotent.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 TTL = 3600.0  # seconds; GitHub and GitLab retry or redeliver within minutes
-CAPACITY = 100_000  # keys, about 100 bytes each
+CAPACITY = 10_000  # keys per registration, about 100 bytes each
 
-Key = tuple[str, str, str, str]  # registration, provider, "id" or "body", value
+Key = tuple[str, str, str]  # provider, "id" or "body", value
 
 
 class Deliveries:
@@ -36,7 +37,7 @@ class Deliveries:
         self.ttl = ttl
         self.capacity = capacity
         self._clock = clock
-        self._seen: OrderedDict[Key, float] = OrderedDict()  # key -> when it expires
+        self._seen: dict[str, OrderedDict[Key, float]] = {}  # registration -> key -> expiry
         self._lock = threading.Lock()
 
     def admit(
@@ -45,22 +46,20 @@ class Deliveries:
         """The registrations that had not seen this delivery, now recorded as having seen it."""
         with self._lock:
             now = self._clock()
-            self._expire(now)
-            fresh = frozenset(
-                name
-                for name in registrations
-                if not any(
-                    self._seen.get(key, 0.0) > now
-                    for key in _keys(name, provider, delivery, digest)
-                )
-            )
-            for name in fresh:
-                for key in _keys(name, provider, delivery, digest):
-                    self._seen[key] = now + self.ttl
-                    self._seen.move_to_end(key)
-            while len(self._seen) > self.capacity:
-                self._seen.popitem(last=False)
-            return fresh
+            keys = _keys(provider, delivery, digest)
+            fresh = []
+            for name in registrations:
+                book = self._seen.setdefault(name, OrderedDict())
+                _expire(book, now)
+                if any(book.get(key, 0.0) > now for key in keys):
+                    continue
+                fresh.append(name)
+                for key in keys:
+                    book[key] = now + self.ttl
+                    book.move_to_end(key)
+                while len(book) > self.capacity:
+                    book.popitem(last=False)
+            return frozenset(fresh)
 
     def forget(
         self, registrations: Iterable[str], provider: str, delivery: str, digest: str
@@ -68,22 +67,25 @@ class Deliveries:
         """Undo :meth:`admit` for a delivery that could not be handled, so a retry is not lost."""
         with self._lock:
             for name in registrations:
-                for key in _keys(name, provider, delivery, digest):
-                    self._seen.pop(key, None)
+                book = self._seen.get(name, OrderedDict())
+                for key in _keys(provider, delivery, digest):
+                    book.pop(key, None)
 
     def __len__(self) -> int:
-        return len(self._seen)
-
-    def _expire(self, now: float) -> None:
-        while self._seen:
-            key, expires = next(iter(self._seen.items()))
-            if expires > now:
-                return
-            del self._seen[key]
+        return sum(len(book) for book in self._seen.values())
 
 
-def _keys(name: str, provider: str, delivery: str, digest: str) -> list[Key]:
-    keys = [(name, provider, "body", digest)]
+def _expire(book: OrderedDict[Key, float], now: float) -> None:
+    """Drop the expired keys at the front (keys are kept in the order they expire)."""
+    while book:
+        key, expires = next(iter(book.items()))
+        if expires > now:
+            return
+        del book[key]
+
+
+def _keys(provider: str, delivery: str, digest: str) -> list[Key]:
+    keys = [(provider, "body", digest)]
     if delivery:
-        keys.append((name, provider, "id", delivery))
+        keys.append((provider, "id", delivery))
     return keys

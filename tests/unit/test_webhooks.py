@@ -761,9 +761,11 @@ def test_deliveries_are_forgotten_after_the_ttl_and_bounded() -> None:
     assert deliveries.admit({"a"}, "github", "d-1", "x") == frozenset()
     now[0] = 10.5
     assert deliveries.admit({"a"}, "github", "d-1", "x") == {"a"}
-    for number in range(10):
+    assert deliveries.admit({"b"}, "github", "d-b", "y") == {"b"}
+    for number in range(10):  # "a" floods its own registration with signed deliveries
         deliveries.admit({"a"}, "github", f"id-{number}", f"body-{number}")
-    assert len(deliveries) <= 4
+    assert len(deliveries) <= 4 + 2
+    assert deliveries.admit({"b"}, "github", "d-b", "y") == frozenset()  # b's record stays
 
 
 def test_a_delivery_that_failed_may_be_delivered_again() -> None:
