@@ -25,9 +25,11 @@ from typing import Any
 import yaml
 
 from bind_api.consumer import (
+    BIND_GROUPS_ANNOTATION,
     BINDER_KUBECONFIG_LABEL,
     FIELD_MANAGER,
     IDENTITY_ANNOTATION,
+    bind_groups,
     binder_kubeconfig,
     consumer_namespace,
     export_from_crd,
@@ -41,7 +43,7 @@ from bind_api.consumer import (
 from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, CONSUMER_LABEL, GROUP
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource
-from reconciler.manager import REPOSITORY_BINDINGS
+from reconciler.binding import REPOSITORY_BINDINGS
 
 EXPORT_REQUESTS = Resource(GROUP, "v1alpha1", "apiserviceexportrequests", "APIServiceExportRequest")
 CLUSTER_BINDINGS = Resource(GROUP, "v1alpha1", "clusterbindings", "ClusterBinding")
@@ -91,6 +93,10 @@ class BindingRequest:
     apis: tuple[str, ...]
     repository: Repository | None = None
     app_kubeconfig: str | None = field(default=None, repr=False)
+    # The caller's OIDC groups and the bind API's default allowed groups, recorded on the consumer
+    # namespace so export requests made later with the binder kubeconfig are authorized alike.
+    groups: tuple[str, ...] | None = None
+    default_allowed_groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -208,12 +214,14 @@ def export_object(
     }
 
 
-def request_status(name: str, namespace: str, problem: str | None, now: str) -> dict[str, Any]:
-    """Status of an export request: Succeeded, or Failed with a terminal message."""
+def request_status(
+    name: str, namespace: str, problem: str | None, now: str, reason: str = "CRDMissing"
+) -> dict[str, Any]:
+    """Status of an export request: Succeeded, or Failed with a terminal message and ``reason``."""
     ready = {
         "type": "Ready",
         "status": "False" if problem else "True",
-        "reason": "CRDMissing" if problem else "Exported",
+        "reason": reason if problem else "Exported",
         "message": problem or f"APIServiceExport {name} exists",
         "lastTransitionTime": now,
     }
@@ -413,6 +421,11 @@ def bind(
     if live is None and limit is not None:
         check_limit(len(owned_by(admin.list(NAMESPACES)[0], request.identity)), limit)
     claim_namespace(admin, namespace, identity)
+    if request.groups is not None:
+        annotations = {
+            BIND_GROUPS_ANNOTATION: bind_groups(request.groups, request.default_allowed_groups)
+        }
+        admin.patch(NAMESPACES, None, namespace, {"metadata": {"annotations": annotations}})
     _apply_all(admin, namespaced_objects(namespace, ()))
     repository = (
         repository_objects(namespace, request.repository, request.app_kubeconfig)

@@ -1,8 +1,11 @@
 """What a binding creates for a consumer on the Control Plane.
 
-A consumer namespace with the ServiceAccount ``klutch-binder``, a Role that lets it read its
-APIServiceExports and request namespace mappings, APIServiceExports (CRD snapshots of the
-Control Plane CRDs it may use), and a kubeconfig for the ServiceAccount from the TokenRequest API.
+A consumer namespace with the ServiceAccount ``klutch-binder``, a Role that lets it do in that
+namespace what Klutch's kubectl-bind does (create and watch its export requests, read its exports
+and ClusterBinding, request namespace mappings), APIServiceExports (CRD snapshots of the Control
+Plane CRDs it may use), and a kubeconfig for the ServiceAccount from the TokenRequest API. No
+Secrets: the consumer namespace holds a RepositoryBinding's App kubeconfig and Git credentials,
+which the binder kubeconfig, copied to the App Cluster, must not reach.
 Everything is applied idempotently, so binding twice gives the same result.
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,6 +26,10 @@ from klutch_gitops.kube import NAMESPACES, Kube, Resource
 FIELD_MANAGER = "klutch-gitops-bind"
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 IDENTITY_ANNOTATION = "example-backend.klutch.anynines.com/identity"
+# On the consumer namespace: the OIDC groups of the identity's last bind and the bind API's default
+# allowed groups, as JSON. The Control Plane never sees the ID token, so this is what the
+# ExportRequestController authorizes an export request created with the binder kubeconfig against.
+BIND_GROUPS_ANNOTATION = "gitops.klutch.anynines.com/bind-groups"
 TOKEN_SECONDS = 24 * 3600
 NAME_CHARACTERS = 26  # lowercase base32: 5 bits each, 130 in all
 # Marks the Secrets holding a binder kubeconfig, so the reconciler finds the tokens it must renew.
@@ -74,6 +82,28 @@ def identity_annotation(namespace: Mapping[str, Any] | None) -> str | None:
     return (namespace["metadata"].get("annotations") or {}).get(IDENTITY_ANNOTATION)
 
 
+def bind_groups(groups: Iterable[str], default: Iterable[str]) -> str:
+    """The annotation's value: the caller's groups and the default allowed groups."""
+    return json.dumps({"groups": sorted(set(groups)), "defaultAllowedGroups": sorted(set(default))})
+
+
+def recorded_groups(namespace: Mapping[str, Any] | None) -> tuple[list[str], list[str]] | None:
+    """``(groups, default allowed groups)`` recorded at the last bind, or None when none was."""
+    raw = ((namespace or {}).get("metadata", {}).get("annotations") or {}).get(
+        BIND_GROUPS_ANNOTATION
+    )
+    try:
+        value = json.loads(raw) if raw else None
+        groups, default = value["groups"], value["defaultAllowedGroups"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not all(
+        isinstance(g, list) and all(isinstance(x, str) for x in g) for g in (groups, default)
+    ):
+        return None
+    return groups, default
+
+
 def export_from_crd(
     crd: Mapping[str, Any], claims: Iterable[Mapping[str, Any]] = (PROVIDER_SECRETS,)
 ) -> dict[str, Any]:
@@ -91,10 +121,18 @@ def export_from_crd(
 
 
 CONSUMER_RULES = [
-    # Read-only: the bind API answers the requests; kubectl bind only waits for their phase.
+    # kubectl-bind creates its own request with this kubeconfig and polls its phase (klutchio
+    # bind/pkg/kubectl/bind-apiservice/plugin/serviceexportrequest.go); the reconciler's
+    # ExportRequestController answers it. No update or delete: spec.resources is immutable and a
+    # request is only ever replaced by binding again.
     {
         "apiGroups": [GROUP],
-        "resources": ["apiserviceexports", "apiserviceexportrequests"],
+        "resources": ["apiserviceexportrequests"],
+        "verbs": ["get", "list", "watch", "create"],
+    },
+    {
+        "apiGroups": [GROUP],
+        "resources": ["apiserviceexports", "clusterbindings"],
         "verbs": ["get", "list", "watch"],
     },
     {

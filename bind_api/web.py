@@ -51,13 +51,21 @@ from bind_api.config import BindApiConfig, BrowserFlow
 from bind_api.ledger import SessionLedger
 from bind_api.oidc import IssuerUnavailable, OIDCVerifier, TokenError
 from bind_api.sessions import SessionCodec, SessionError, fingerprint, same
-from klutch_gitops import __version__
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.oidc_client import Provider, authorization_url, discover, new_pkce
 
 log = logging.getLogger(__name__)
 
+# Klutch's wire types (anynines/klutchio bind/pkg/apis/bind/v1alpha1/register.go): the
+# BindingProvider carries the bare GroupVersion ("v1alpha1"), which kubectl-bind's bind.go compares
+# with ``provider.APIVersion``; the BindingResponse and its requests carry the group too
+# (SchemeGroupVersion), which the CLI's decoder and bind.go check.
+PROVIDER_API_VERSION = "v1alpha1"
 API_VERSION = "klutch.anynines.com/v1alpha1"
+# The bind protocol this API speaks: Klutch's at v1.5.0. kubectl-bind's authenticate.go
+# (validateProviderVersion) refuses a provider version that is empty or below v0.3.0, and
+# klutch-gitops' own version (0.x) is not a bind protocol version.
+PROTOCOL_VERSION = "v1.5.0"
 LOGIN_COOKIE = "klutch_bind_login"
 SESSION_COOKIE = "klutch_bind_session"
 LOGIN_SECONDS = 600  # from /authorize to /callback: the time to type a password
@@ -103,11 +111,12 @@ class FlowError(Exception):
 
 
 def binding_provider(external_url: str) -> dict[str, Any]:
+    """What ``GET /export`` answers, field for field as Klutch's example-backend's handler.go."""
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": PROVIDER_API_VERSION,
         "kind": "BindingProvider",
         "providerPrettyName": "klutch-gitops",
-        "version": __version__,
+        "version": PROTOCOL_VERSION,
         "authenticationMethods": [
             {
                 "method": "OAuth2CodeGrant",
@@ -460,7 +469,13 @@ def _bind(
         )
     result = bind(
         admin,
-        BindingRequest(identity=claims["sub"], cluster_id=claims["cluster_id"], apis=tuple(apis)),
+        BindingRequest(
+            identity=claims["sub"],
+            cluster_id=claims["cluster_id"],
+            apis=tuple(apis),
+            groups=tuple(claims["groups"]),
+            default_allowed_groups=tuple(config.default_allowed_groups),
+        ),
         prefix=config.consumer_prefix,
         limit=config.bindings_per_identity,
     )

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bind_api.consumer import BINDER_KUBECONFIG_LABEL
+from bind_api.export_requests import ExportRequestController
 from bind_api.namespaces import NamespaceController
 from klutch_gitops import git
 from klutch_gitops.config import Config, RepositorySpec, from_repository_binding
@@ -82,6 +83,7 @@ class Reconciler:
         self.binder_kubeconfigs: dict[tuple[str, str], str | None] = {}  # as last seen
         self.repository_locks: dict[str, threading.Lock] = {}
         self.namespaces = NamespaceController(self.admin)
+        self.export_requests = ExportRequestController(self.admin)
         self.platform: PlatformSync | None = None
         self.poller: Poller[str] = Poller(
             config.poll_interval, self._ls_remote, self._source_changed
@@ -194,6 +196,7 @@ class Reconciler:
             if cluster_wide and not self.leading:
                 self.leading = True
                 self.namespaces.start()
+                self.export_requests.start()
                 self.tokens.start()
                 if self.config.platform is not None:
                     self.platform = PlatformSync(
@@ -236,6 +239,7 @@ class Reconciler:
     def _stop_work(self) -> None:
         if self.leading:
             self.namespaces.stop()
+            self.export_requests.stop()
             self.tokens.stop()
             self.leading = False
         if not self.reconciling:

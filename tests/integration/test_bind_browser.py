@@ -105,7 +105,8 @@ def _healthy(url: str) -> bool:
 class CliCallback:
     """The CLI's one-shot loopback server that receives ``?response=``."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        """``host="localhost"`` listens as kubectl-bind's authenticator does (``localhost:0``)."""
         self.queries: list[str] = []
         received = self.queries
 
@@ -119,8 +120,9 @@ class CliCallback:
             def log_message(self, *_: object) -> None:
                 pass
 
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/callback"
+        self.server = HTTPServer((host, 0), Handler)
+        self.port = self.server.server_port
+        self.url = f"http://{host}:{self.port}/callback"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
@@ -173,7 +175,12 @@ def choices(page: httpx.Response) -> tuple[str, list[str]]:
 
 def test_the_provider_names_the_authorize_url(bind_api: BindApi) -> None:
     provider = httpx.get(f"{bind_api.url}/export").json()
-    assert provider["apiVersion"] == "klutch.anynines.com/v1alpha1"
+    # Klutch's example-backend sends the bare GroupVersion and its binary version
+    # (anynines/klutchio bind/contrib/example-backend/http/handler.go); kubectl-bind compares the
+    # former with "v1alpha1" (bind/pkg/kubectl/bind/plugin/bind.go) and refuses a version below
+    # v0.3.0 (authenticate.go, validateProviderVersion).
+    assert provider["apiVersion"] == "v1alpha1"
+    assert provider["version"] == "v1.5.0"
     assert provider["kind"] == "BindingProvider"
     assert provider["providerPrettyName"] == "klutch-gitops"
     assert provider["authenticationMethods"] == [

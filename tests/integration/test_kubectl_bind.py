@@ -1,0 +1,444 @@
+"""Klutch's own ``kubectl bind URL`` against the bind API, call for call.
+
+Klutch's binaries are on no package registry, so this test does on the wire and on the clusters
+exactly what kubectl-bind does, read in anynines/klutchio (bind/pkg/kubectl):
+
+- bind/plugin/authenticate.go ``getProvider``: ``GET /export``, then ``validateProviderVersion``
+  (empty or below v0.3.0 refused; ``v0.0.0`` accepted as a development build);
+- bind/plugin/bind.go ``Run``: ``provider.APIVersion`` must equal ``v1alpha1``; namespace
+  ``klutch-bind`` got or created on the App Cluster; ``ClusterID`` = base62(SHA-224(its UID))[:6],
+  ``SessionID`` = base62 of 28 random bytes [:6];
+- bind/plugin/authenticate.go ``authenticate``: the OAuth2CodeGrant URL with ``p`` (the loopback
+  port), ``s`` and ``c``; bind/authenticator/authenticator.go: a listener on ``localhost:0`` whose
+  ``/callback`` decodes ``response`` with standard base64 into a BindingResponse;
+- bind.go: the response must be ``klutch.anynines.com/v1alpha1`` BindingResponse with the session
+  ID, each request ``klutch.anynines.com/v1alpha1``; base/kubeconfig.go ``ParseRemoteKubeconfig``,
+  ``FindRemoteKubeconfig`` and ``EnsureKubeconfigSecret`` (``kubeconfig-`` generateName in
+  ``klutch-bind``, or an update of the Secret of the same host and namespace);
+- bind-apiservice/plugin/bind.go, serviceexportrequest.go: each request created in the remote
+  kubeconfig's namespace WITH THE BINDER KUBECONFIG (on AlreadyExists again with generateName
+  ``<name>-``), polled every second until ``Succeeded`` or ``Failed`` (terminalMessage);
+- bind-apiservice/plugin/secret.go and servicebindings.go: the kubeconfig Secret found again, an
+  APIServiceBinding ``<resource>.<group>`` with ``kubeconfigSecretRef`` {klutch-bind, the Secret,
+  kubeconfig} and the permission claims accepted, then its status ``Ready=False`` with severity
+  ``Info`` and reason ``Pending``.
+
+One deviation, forced by our CRD: Klutch's APIServiceBinding is cluster-scoped
+(bind/pkg/apis/bind/v1alpha1/apiservicebinding_types.go, ``scope=Cluster``), ours is namespaced in
+``klutch-bind``; the APIServiceBindings are written there (see the README's bind API section).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+import httpx
+import pytest
+import yaml
+
+from bind_api.authz import ALLOWED_GROUPS_ANNOTATION
+from bind_api.bindings import EXPORT_REQUESTS, FAILED, SUCCEEDED, TEMPLATES, unbind
+from bind_api.config import BindApiConfig, BrowserFlow
+from bind_api.consumer import PROVIDER_SECRETS
+from bind_api.export_requests import ExportRequestController
+from bind_api.namespaces import API_SERVICE_EXPORTS
+from bind_api.server import serve_in_background
+from klutch_gitops.bind_client import SERVICE_BINDINGS as API_SERVICE_BINDINGS
+from klutch_gitops.config import SecretRef
+from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
+from klutch_gitops.kube import NAMESPACES, SECRETS, Kube, KubeError, api_client
+from klutch_gitops.localstack.stack import StackInfo
+
+from .dexflows import browser
+from .gitops import eventually
+from .test_bind_browser import BindApi, CliCallback, choices, log_in
+
+POSTGRES = "postgresqlinstances.anynines.com"
+BINDINGS = "servicebindings.anynines.com"
+BACKUPS = "backups.anynines.com"  # offered to dbas-only, which the dev user is not in
+KLUTCH_BIND = "klutch-bind"
+BASE62 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+@pytest.fixture(scope="module")
+def bind_api(stack: StackInfo, clusters, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """The bind API with its browser flow, and the reconciler's export request controller."""
+    admin = Kube(clusters["control-plane"])
+    install_crds(
+        clusters["control-plane"], load_crds(cluster="control-plane") + load_dev_claim_crds()
+    )
+    install_crds(clusters["app"], load_crds(cluster="app"))
+    namespace = f"a-kubectl-{uuid.uuid4().hex[:6]}"  # sorts first: these templates win
+    admin.apply(
+        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    )
+    for plural, groups in (
+        ("postgresqlinstances", "team-a"),
+        ("servicebindings", "team-a"),
+        ("backups", "dbas-only"),
+    ):
+        admin.apply(
+            TEMPLATES[0],
+            {
+                "apiVersion": TEMPLATES[0].api_version,
+                "kind": TEMPLATES[0].kind,
+                "metadata": {
+                    "name": plural,
+                    "namespace": namespace,
+                    "annotations": {ALLOWED_GROUPS_ANNOTATION: groups},
+                },
+                "spec": {
+                    "APIServiceSelector": {"group": "anynines.com", "resource": plural},
+                    "permissionClaims": [PROVIDER_SECRETS],
+                },
+            },
+        )
+    secret_dir = tmp_path_factory.mktemp("kubectl-bind-secrets")
+    (secret_dir / "client-secret").write_text(stack.dex.web_client_secret)
+    url = f"http://127.0.0.1:{stack.bind_api_port}"
+    server = serve_in_background(
+        BindApiConfig(
+            control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
+            issuer=stack.dex.issuer,
+            audiences=(stack.dex.automation_client_id,),
+            issuer_ca=Path(stack.dex.ca),
+            listen=f"127.0.0.1:{stack.bind_api_port}",
+            browser=BrowserFlow(
+                external_url=url,
+                client_id=stack.dex.web_client_id,
+                client_secret=SecretRef(file=secret_dir / "client-secret"),
+            ),
+        )
+    )
+    controller = ExportRequestController(admin).start()  # as the leading reconciler runs it
+    eventually(lambda: _healthy(url), "the bind API to listen")
+    yield BindApi(url, admin)
+    controller.stop()
+    server.should_exit = True
+    admin.delete(NAMESPACES, None, namespace)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+# -- kubectl-bind, step by step ---------------------------------------------------------------
+
+
+def base62(data: bytes) -> str:
+    """Go's ``big.Int.Text(62)`` of the bytes (bind.go ``toBase62``)."""
+    number, digits = int.from_bytes(data, "big"), ""
+    while number:
+        number, digit = divmod(number, 62)
+        digits = BASE62[digit] + digits
+    return digits or "0"
+
+
+def validate_provider_version(version: str) -> None:
+    """authenticate.go ``validateProviderVersion``, for the semver forms a provider sends."""
+    assert version, "provider version is empty, please update the backend to v0.3.0+"
+    if version in ("v0.0.0", "v0.0.0-master+$Format:%H$"):
+        return
+    core = version.removeprefix("v").split("-", 1)[0].split("+", 1)[0]
+    parts = tuple(int(p) for p in core.split("."))
+    assert len(parts) == 3, f"provider version {version!r} cannot be parsed"
+    assert parts >= (0, 3, 0), f"provider version {version} is not supported, must be >= v0.3.0"
+
+
+def parse_remote_kubeconfig(kubeconfig: bytes | str) -> tuple[str, str]:
+    """base/kubeconfig.go ``ParseRemoteKubeconfig``: the current context's server and namespace."""
+    config = yaml.safe_load(kubeconfig)
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])[
+        "context"
+    ]
+    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])["cluster"]
+    return cluster["server"], context.get("namespace", "")
+
+
+def find_remote_kubeconfig(app: Kube, remote_namespace: str, remote_host: str) -> str:
+    """base/kubeconfig.go ``FindRemoteKubeconfig``: a klutch-bind Secret of that host and ns."""
+    for item in app.list(SECRETS, KLUTCH_BIND)[0]:
+        data = (item.get("data") or {}).get("kubeconfig")
+        if data and parse_remote_kubeconfig(base64.b64decode(data)) == (
+            remote_host,
+            remote_namespace,
+        ):
+            return item["metadata"]["name"]
+    return ""
+
+
+def ensure_kubeconfig_secret(app: Kube, kubeconfig: str, name: str) -> dict[str, Any]:
+    """base/kubeconfig.go ``EnsureKubeconfigSecret``: create ``kubeconfig-*`` or update it."""
+    data = {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()}
+    if not name:
+        return app.create(
+            SECRETS,
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"namespace": KLUTCH_BIND, "generateName": "kubeconfig-"},
+                "data": data,
+            },
+        )
+    live = app.get(SECRETS, KLUTCH_BIND, name)
+    assert live is not None
+    existing = parse_remote_kubeconfig(base64.b64decode(live["data"]["kubeconfig"]))
+    assert existing == parse_remote_kubeconfig(kubeconfig), (
+        "AlreadyExists in EnsureKubeconfigSecret"
+    )
+    live["data"] = {**live["data"], **data}
+    return app.replace(SECRETS, live)
+
+
+def create_export_request(
+    remote: Kube, namespace: str, request: dict[str, Any], timeout: float = 120.0
+) -> dict[str, Any]:
+    """serviceexportrequest.go ``createServiceExportRequest``: create, then poll the phase."""
+    body = {**request, "metadata": {**request["metadata"], "namespace": namespace}}
+    try:
+        created = remote.create(EXPORT_REQUESTS, body)
+    except KubeError as error:
+        if error.status != 409:
+            raise
+        name = body["metadata"].pop("name")
+        body["metadata"]["generateName"] = f"{name}-"
+        created = remote.create(EXPORT_REQUESTS, body)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        live = remote.get(EXPORT_REQUESTS, namespace, created["metadata"]["name"])
+        assert live is not None, "APIServiceExportRequest was deleted by the service provider"
+        if (live.get("status") or {}).get("phase") in (SUCCEEDED, FAILED):
+            return live
+        time.sleep(1.0)
+    raise AssertionError(f"APIServiceExportRequest {created['metadata']['name']} never finished")
+
+
+def create_api_service_bindings(
+    app: Kube, request: dict[str, Any], secret_name: str
+) -> list[dict[str, Any]]:
+    """servicebindings.go ``createAPIServiceBindings`` (every permission claim accepted)."""
+    bindings = []
+    for resource in request["spec"]["resources"]:
+        name = f"{resource['resource']}.{resource['group']}"
+        existing = app.get(API_SERVICE_BINDINGS, KLUTCH_BIND, name)
+        if existing is not None:
+            ref = existing["spec"]["kubeconfigSecretRef"]
+            assert (ref["namespace"], ref["name"]) == (KLUTCH_BIND, secret_name), (
+                f"found existing APIServiceBinding {name} not from this service provider"
+            )
+            bindings.append(existing)
+            continue
+        created = app.create(
+            API_SERVICE_BINDINGS,
+            {
+                "apiVersion": API_SERVICE_BINDINGS.api_version,
+                "kind": "APIServiceBinding",
+                "metadata": {"name": name, "namespace": KLUTCH_BIND},
+                "spec": {
+                    "kubeconfigSecretRef": {
+                        "name": secret_name,
+                        "key": "kubeconfig",
+                        "namespace": KLUTCH_BIND,
+                    },
+                    "permissionClaims": [
+                        {**claim, "state": "Accepted"}
+                        for claim in resource.get("permissionClaims") or []
+                    ],
+                },
+            },
+        )
+        created["status"] = {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "severity": "Info",
+                    "reason": "Pending",
+                    "message": "Pending",
+                    "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                }
+            ]
+        }
+        app._call(  # UpdateStatus: a PUT of the status subresource
+            "PUT",
+            API_SERVICE_BINDINGS.path(KLUTCH_BIND, name, "status"),
+            body=created,
+        )
+        bindings.append(created)
+    return bindings
+
+
+def bind_apiservice(app: Kube, secret_name: str, request: dict[str, Any]) -> dict[str, Any]:
+    """``kubectl bind apiservice --remote-kubeconfig-namespace klutch-bind ... -f request``."""
+    secret = app.get(SECRETS, KLUTCH_BIND, secret_name)
+    assert secret is not None
+    kubeconfig = base64.b64decode(secret["data"]["kubeconfig"]).decode()
+    host, namespace = parse_remote_kubeconfig(kubeconfig)
+    assert namespace, "remote namespace is required"
+    assert request["apiVersion"] == "klutch.anynines.com/v1alpha1"
+    assert request["kind"] == "APIServiceExportRequest"
+    result = create_export_request(Kube(api_client(kubeconfig)), namespace, request)
+    assert result["status"]["phase"] == SUCCEEDED, result["status"].get("terminalMessage")
+    assert find_remote_kubeconfig(app, namespace, host) == secret_name  # secret.go
+    create_api_service_bindings(app, result, secret_name)
+    return result
+
+
+def kubectl_bind(bind_api: BindApi, stack: StackInfo, app: Kube, api: str) -> dict[str, Any]:
+    """``kubectl bind URL``, choosing ``api`` in the browser; returns what it bound."""
+    provider = httpx.get(f"{bind_api.url}/export").json()
+    validate_provider_version(provider["version"])
+    assert provider["apiVersion"] == "v1alpha1", "unsupported binding provider version"
+    namespace = app.get(NAMESPACES, None, KLUTCH_BIND) or app.create(
+        NAMESPACES, {"metadata": {"name": KLUTCH_BIND}}
+    )
+    cluster_id = base62(hashlib.sha224(namespace["metadata"]["uid"].encode()).digest())[:6]
+    session_id = base62(secrets.token_bytes(28))[:6]
+    callback = CliCallback(host="localhost")
+    try:
+        (method,) = [
+            m for m in provider["authenticationMethods"] if m["method"] == "OAuth2CodeGrant"
+        ]
+        query = urlencode({"p": callback.port, "s": session_id, "c": cluster_id})
+        with browser(stack) as http:
+            back = log_in(
+                http, http.get(f"{method['oauth2CodeGrant']['authenticatedURL']}?{query}"), stack
+            )
+            resources = http.get(back.headers["location"], follow_redirects=True)
+            csrf, bindable = choices(resources)
+            assert api in bindable, bindable
+            done = http.post(f"{bind_api.url}/bind", data={"csrf": csrf, "api": [api]})
+            assert done.status_code == 303, done.text
+            assert done.headers["location"].startswith(f"http://localhost:{callback.port}/")
+            assert http.get(done.headers["location"]).status_code == 200
+        (received,) = callback.queries
+    finally:
+        callback.close()
+    response = json.loads(base64.b64decode(parse_qs(received)["response"][0], validate=True))
+    assert (response["apiVersion"], response["kind"]) == (
+        "klutch.anynines.com/v1alpha1",
+        "BindingResponse",
+    )
+    assert response["authentication"]["oauth2CodeGrant"]["sid"] == session_id
+    assert all(r["apiVersion"] == "klutch.anynines.com/v1alpha1" for r in response["requests"])
+    kubeconfig = base64.b64decode(response["kubeconfig"]).decode()  # Go's []byte in JSON
+    host, remote_namespace = parse_remote_kubeconfig(kubeconfig)
+    name = find_remote_kubeconfig(app, remote_namespace, host)
+    secret = ensure_kubeconfig_secret(app, kubeconfig, name)
+    results = [bind_apiservice(app, secret["metadata"]["name"], r) for r in response["requests"]]
+    return {
+        "consumer": remote_namespace,
+        "secret": secret["metadata"]["name"],
+        "kubeconfig": kubeconfig,
+        "requests": results,
+    }
+
+
+# -- the tests --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def app(clusters) -> Iterator[Kube]:
+    """The App Cluster; what the test's binds add to klutch-bind is removed afterwards."""
+    app = Kube(clusters["app"])
+
+    def present() -> set[tuple[str, str]]:
+        if app.get(NAMESPACES, None, KLUTCH_BIND) is None:
+            return set()
+        return {
+            (resource.plural, item["metadata"]["name"])
+            for resource in (API_SERVICE_BINDINGS, SECRETS)
+            for item in app.list(resource, KLUTCH_BIND)[0]
+        }
+
+    before = present()
+    yield app
+    kinds = {r.plural: r for r in (API_SERVICE_BINDINGS, SECRETS)}
+    for plural, name in present() - before:
+        app.delete(kinds[plural], KLUTCH_BIND, name)
+
+
+def test_kubectl_bind_binds_two_apis_one_after_the_other(
+    bind_api: BindApi, stack: StackInfo, app: Kube
+) -> None:
+    first = kubectl_bind(bind_api, stack, app, POSTGRES)
+    try:
+        second = kubectl_bind(bind_api, stack, app, BINDINGS)
+        consumer = first["consumer"]
+        assert second["consumer"] == consumer  # same person, same App Cluster
+        assert second["secret"] == first["secret"]  # found again and updated
+
+        # The Control Plane: each CLI-created request (a generated name beside the bind API's
+        # own) Succeeded, and both exports exist.
+        requests = {r["metadata"]["name"]: r for r in first["requests"] + second["requests"]}
+        assert all(name.startswith((f"{POSTGRES}-", f"{BINDINGS}-")) for name in requests)
+        for name in requests:
+            live = bind_api.admin.get(EXPORT_REQUESTS, consumer, name)
+            assert live["status"]["phase"] == SUCCEEDED
+        exports = {
+            e["metadata"]["name"] for e in bind_api.admin.list(API_SERVICE_EXPORTS, consumer)[0]
+        }
+        assert {POSTGRES, BINDINGS} <= exports
+
+        # The App Cluster: one kubeconfig Secret for this consumer and two APIServiceBindings.
+        secret = app.get(SECRETS, KLUTCH_BIND, first["secret"])
+        stored = base64.b64decode(secret["data"]["kubeconfig"]).decode()
+        assert parse_remote_kubeconfig(stored) == parse_remote_kubeconfig(first["kubeconfig"])
+        bindings = {
+            b["metadata"]["name"]: b for b in app.list(API_SERVICE_BINDINGS, KLUTCH_BIND)[0]
+        }
+        assert set(bindings) == {POSTGRES, BINDINGS}
+        for binding in bindings.values():
+            assert binding["spec"]["kubeconfigSecretRef"] == {
+                "name": first["secret"],
+                "key": "kubeconfig",
+                "namespace": KLUTCH_BIND,
+            }
+            assert [c["state"] for c in binding["spec"]["permissionClaims"]] == ["Accepted"]
+            [ready] = binding["status"]["conditions"]
+            assert (ready["severity"], ready["reason"]) == ("Info", "Pending")  # kept, not pruned
+    finally:
+        unbind(bind_api.admin, first["consumer"])
+
+
+def test_a_cli_request_for_an_api_the_groups_do_not_allow_fails(
+    bind_api: BindApi, stack: StackInfo, app: Kube
+) -> None:
+    bound = kubectl_bind(bind_api, stack, app, POSTGRES)
+    consumer = bound["consumer"]
+    try:
+        remote = Kube(api_client(bound["kubeconfig"]))
+
+        def request(api: str) -> dict[str, Any]:
+            resource, group = api.split(".", 1)
+            return {
+                "apiVersion": "klutch.anynines.com/v1alpha1",
+                "kind": "APIServiceExportRequest",
+                "metadata": {"name": api},
+                "spec": {"resources": [{"group": group, "resource": resource, "versions": []}]},
+            }
+
+        refused = create_export_request(remote, consumer, request(BACKUPS))
+        assert refused["status"]["phase"] == FAILED
+        assert "only members of dbas-only may bind it" in refused["status"]["terminalMessage"]
+        unknown = create_export_request(remote, consumer, request("widgets.example.com"))
+        assert unknown["status"]["phase"] == FAILED
+        assert "no APIServiceExportTemplate offers it" in unknown["status"]["terminalMessage"]
+        exports = {
+            e["metadata"]["name"] for e in bind_api.admin.list(API_SERVICE_EXPORTS, consumer)[0]
+        }
+        assert exports == {POSTGRES}
+    finally:
+        unbind(bind_api.admin, consumer)
