@@ -248,6 +248,38 @@ def test_invalid_claim_is_refused_with_klutchs_message(
     assert message in refusal(lambda: control_plane.apply(claims(kind), body, dry_run=True))
 
 
+# Claims Klutch's XRDs refuse and ours accept on purpose (catalog/README.md, "Where this differs
+# from Klutch"): no compositionRef, a PostgreSQL composition of our own, a9s-postgresql17.
+DELIBERATE = [
+    ("PostgresqlInstance", {"service": "a9s-postgresql14", "plan": "postgresql-single-small"}),
+    (
+        "PostgresqlInstance",
+        {
+            "service": "a9s-postgresql14",
+            "plan": "postgresql-replica-medium",
+            "compositionRef": {"name": "local-postgresql"},
+        },
+    ),
+    (
+        "PostgresqlInstance",
+        {"service": "a9s-postgresql17", "plan": "postgresql-single-small", "compositionRef": A9S},
+    ),
+    ("Backup", {"instanceRef": "db", "serviceInstanceType": "postgresql"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec"),
+    DELIBERATE,
+    ids=["no-compositionRef", "local-postgresql", "a9s-postgresql17", "backup-no-compositionRef"],
+)
+def test_claim_klutch_refuses_on_purpose_is_accepted(
+    control_plane: Kube, claim_namespace: str, kind: str, spec: dict[str, Any]
+) -> None:
+    body = claim(kind, "deliberate", spec, claim_namespace)
+    control_plane.apply(claims(kind), body, dry_run=True)
+
+
 LIVE = {
     "a8s-db": (
         "PostgresqlInstance",
