@@ -16,7 +16,14 @@ import pytest
 import yaml
 from kubernetes import client
 
-from bind_api.bindings import BINDER_SECRET, BindingRequest, Repository, bind, unbind
+from bind_api.bindings import (
+    BINDER_SECRET,
+    EXPORT_REQUESTS,
+    BindingRequest,
+    Repository,
+    bind,
+    unbind,
+)
 from bind_api.consumer import PROVIDER_SECRETS
 from bind_api.namespaces import API_SERVICE_NAMESPACES, ROLES
 from klutch_gitops.config import Config, PlatformSpec, TokenRenewal
@@ -293,6 +300,8 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
                     url=git_server.url_of(remote), app_namespaces=(team,), path="claims"
                 ),
                 app_kubeconfig=Path(stack.clusters["app"].kubeconfig).read_text(),
+                groups=("team-a",),
+                default_allowed_groups=("team-a",),
             ),
             template_namespace=offered,
         )
@@ -316,6 +325,30 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
             binder_tokens=TokenRenewal(lifetime=48 * 3600.0, renew_before=25 * 3600.0),
         )
         reconciler = Reconciler(config).start(serve_http=False)
+        # Its export request controller answers the request kubectl-bind makes with the binder
+        # kubeconfig (the bind API's own of that name exists, so the CLI generates one).
+        made = Kube(api_client(result.kubeconfig)).create(
+            EXPORT_REQUESTS,
+            {
+                "apiVersion": EXPORT_REQUESTS.api_version,
+                "kind": "APIServiceExportRequest",
+                "metadata": {"namespace": consumer, "generateName": f"{POSTGRES_API}-"},
+                "spec": {
+                    "resources": [
+                        {"group": "anynines.com", "resource": "postgresqlinstances", "versions": []}
+                    ]
+                },
+            },
+        )
+        answered = eventually(
+            lambda: (
+                (admin.get(EXPORT_REQUESTS, consumer, made["metadata"]["name"]) or {})
+                .get("status", {})
+                .get("phase")
+            ),
+            "the CLI-made export request's phase",
+        )
+        assert answered == "Succeeded"
         eventually(lambda: app.get(POSTGRES, team, "orders"), "the claim in the App namespace")
         mapped = eventually(
             lambda: (
