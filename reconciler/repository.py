@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES
+from klutch_gitops.bind_client import SERVICE_BINDINGS
 from klutch_gitops.config import Bot
 from klutch_gitops.failpoints import failpoint
 from klutch_gitops.git import Checkout
@@ -180,10 +181,11 @@ class RepositorySync:
     def _app_crds(self, raw_exports: list[dict], problems: list[Rejection]) -> None:
         """Serve every exported kind in the App Cluster, without taking over a foreign CRD."""
         for raw in raw_exports:
-            crd = objects.crd_from_export(raw)
+            service_binding = self._service_binding(raw["metadata"]["name"])
+            crd = objects.crd_from_export(raw, service_binding)
             name = crd["metadata"]["name"]
             live = self.binding.app.get(CRDS, None, name)
-            if not objects.owns_crd(live):
+            if not objects.owns_crd(live, service_binding):
                 problems.append(
                     Rejection(
                         file=self.spec.path,
@@ -209,6 +211,16 @@ class RepositorySync:
                     else f"{objects.REPOSITORY_LABEL}={self.name}",
                     name=f"{self.name}-app-{export.plural}",
                 ).start()
+
+    def _service_binding(self, name: str) -> dict | None:
+        """The App Cluster's APIServiceBinding named after an export (as ``kubectl bind`` and
+        the konnector name it), or None where there is none or we may not read it."""
+        try:
+            return self.binding.app.get(SERVICE_BINDINGS, None, name)
+        except KubeError as error:
+            if error.status == 403:
+                return None
+            raise
 
     def _wait_established(self, name: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -536,6 +548,8 @@ class RepositorySync:
                 if current is not None:
                     self.binding.app.delete(SECRETS, claim.identity.namespace, name)
                 continue
+            if objects.claimed_by_konnector(upstream):
+                continue  # Klutch's konnector copies it down; a second writer would fight it
             wanted = objects.secret_copy(upstream, claim.identity.namespace, self.name, live)
             if (
                 current is None
