@@ -73,16 +73,13 @@ class RepositoryIn(BaseModel):
     @classmethod
     def _names_a_repository(cls, url: str) -> str:
         """Refused before anything is bound; credentials belong in their own fields."""
-        try:
-            url_transport(url, TENANT_TRANSPORTS)  # length first; no file://, ext::, -options
-        except KlutchError as error:
-            raise ValueError(f"{error.message} ({error.fix})") from None
-        if redact(url) != url:
+        if redact(url) != url:  # linear in the URL's length, whatever its length
             raise ValueError(
                 "the repository URL carries credentials: send them as username/password or "
                 "sshPrivateKey, which go to a Secret"
             )
         try:
+            url_transport(url, TENANT_TRANSPORTS)  # no file://, ext::, -options (urls.py)
             normalize_repo_url(url)
         except KlutchError as error:
             raise ValueError(f"{error.message} ({error.fix})") from None
