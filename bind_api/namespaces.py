@@ -2,7 +2,7 @@
 
 A consumer asks for App namespace ``X`` with an APIServiceNamespace ``X`` in its consumer namespace
 ``C``; this privileged controller creates namespace ``C-X``, a Role over exactly the APIs exported
-to ``C`` (plus read and update on what their permission claims name), binds it to the consumer's
+to ``C`` (plus read access to what their permission claims name), binds it to the consumer's
 ServiceAccount ``klutch-binder``, and reports ``status.namespace``. A namespace that already exists
 without this consumer's label belongs to someone else and is never taken over.
 """
@@ -32,14 +32,7 @@ CONSUMER_LABEL = "klutch.anynines.com/consumer-namespace"
 APP_NAMESPACE_LABEL = "klutch.anynines.com/app-namespace"
 BINDER = "klutch-binder"
 CLAIM_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
-# What Klutch's konnector does to a provider-owned object a permission claim names (the
-# connection Secrets): reads it through an informer and ``Update``s it to set
-# ``klutch.anynines.com/resource-owner: Provider`` (``readReconciler.reconcile`` and
-# ``makeProviderOwner`` in anynines/klutchio bind/pkg/konnector/controllers/cluster/
-# claimedresources/claimedresources_reconciler.go; the Update call in
-# claimedresources_controller.go). Create and delete serve only consumer-owned objects, which
-# would carry App Cluster Secrets up to the Control Plane: not granted.
-CLAIMED_VERBS = ["get", "list", "watch", "update"]
+READ_VERBS = ["get", "list", "watch"]
 
 
 def mapped_namespace(consumer: str, app_namespace: str) -> str:
@@ -52,8 +45,7 @@ def mapped_namespace(consumer: str, app_namespace: str) -> str:
 
 
 def role_rules(exports: Iterable[dict]) -> list[dict]:
-    """Full rights on each exported resource; read and update (no create or delete) on what its
-    permission claims name, as Klutch's konnector needs for provider-owned objects."""
+    """Full rights on each exported resource; read-only on what its permission claims name."""
     rules = []
     for export in sorted(exports, key=lambda e: e["metadata"]["name"]):
         spec = export.get("spec") or {}
@@ -69,7 +61,7 @@ def role_rules(exports: Iterable[dict]) -> list[dict]:
                 {
                     "apiGroups": [claim.get("group", "")],
                     "resources": [claim["resource"]],
-                    "verbs": CLAIMED_VERBS,
+                    "verbs": READ_VERBS,
                 }
             )
     return rules

@@ -71,6 +71,9 @@ def app_object(
         FILE_ANNOTATION: claim.location.file,
         COMMIT_ANNOTATION: commit,
         SPEC_HASH_ANNOTATION: digest,
+        # Klutch's mark of a bound object (adopt.InjectBoundAnnotation in anynines/klutchio
+        # bind/pkg/konnector/adopt/util.go), as the konnector's status controller sets it
+        BOUND_ANNOTATION: "true",
     }
     meta["finalizers"] = [FINALIZER]
     return body

@@ -18,7 +18,11 @@ kubeconfig for the Control Plane, an App Cluster admin for the consumer side):
   ``determineOwner``; a provider-owned Secret gets ``klutch.anynines.com/resource-owner:
   Provider`` with an Update of the upstream object (``makeProviderOwner``, the Update call in
   claimedresources_controller.go) and a downstream copy created when missing
-  (``candidateFromOwnerObj``).
+  (``candidateFromOwnerObj``) or replaced whenever it differs.
+
+Our mapped-namespace Role refuses that Update (the test asserts it); the test then grants it by
+hand, as issue 13's user did, to show that the konnector's App copy and the reconciler's do not
+fight: the reconciler leaves a Secret with the konnector's mark to the konnector.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from bind_api.namespaces import API_SERVICE_NAMESPACES
+from bind_api.namespaces import API_SERVICE_NAMESPACES, BINDER, ROLE_BINDINGS, ROLES
 from klutch_gitops.kube import SECRETS, Kube, KubeError, Resource, api_client
 
 from .gitops import POSTGRES, Tenant, claim, eventually, make_tenant, ready_status
@@ -195,6 +199,34 @@ def candidate_from_owner(namespace: str, obj: dict) -> dict:
     return candidate
 
 
+def grant_update_by_hand(admin: Kube, namespace: str, consumer: str) -> None:
+    """What Klutch's binder Role has and ours has not: update on the Secrets of a namespace."""
+    meta = {"name": "konnector-claimed-secrets", "namespace": namespace}
+    admin.create(
+        ROLES,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["update"]}],
+        },
+    )
+    admin.create(
+        ROLE_BINDINGS,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": meta["name"],
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": BINDER, "namespace": consumer}],
+        },
+    )
+
+
 @pytest.fixture
 def tenant(stack, clusters, tmp_path: Path) -> Iterator[Tenant]:
     world = make_tenant(stack, clusters, tmp_path)
@@ -279,6 +311,16 @@ def test_the_konnectors_rules_beside_the_reconciler_keep_one_control_plane_claim
     provide(tenant, tenant.mapped, "orders")
     provide(tenant, shop_target, "shop")
 
+    # Our mapped-namespace Role keeps claimed Secrets read-only: the konnector's Update is refused
+    # (it then retries with back-off and writes no App copy). Issue 13's user granted it by hand;
+    # so does this test, to prove that the konnector's copy and the reconciler's do not fight.
+    provided = tenant.control_plane.get(SECRETS, tenant.mapped, "orders-conn")
+    with pytest.raises(KubeError) as refused:
+        binder.replace(SECRETS, provided)
+    assert refused.value.status == 403
+    for mapped in (tenant.mapped, shop_target):
+        grant_update_by_hand(tenant.control_plane, mapped, tenant.consumer)
+
     def settled() -> bool:
         konnector_pass()
         orders = tenant.app.get(POSTGRES, tenant.namespace, "orders") or {}
@@ -326,7 +368,7 @@ def test_the_konnectors_rules_beside_the_reconciler_keep_one_control_plane_claim
         secret = tenant.app.get(SECRETS, namespace, name)
         assert secret["data"] == {"password": "c2VjcmV0"}
         assert secret["metadata"]["annotations"][RESOURCE_OWNER] == "Provider"
-    # The binder may update a claimed Secret (done above) but never create or delete one.
+    # Even with update granted by hand, the binder creates and deletes no Secret there.
     for call in (
         lambda: binder.create(
             SECRETS, {"metadata": {"name": "planted", "namespace": tenant.mapped}, "data": {}}

@@ -76,7 +76,10 @@ def test_klutchs_check_accepts_any_uid_when_the_binding_has_none() -> None:
     )
 
 
-def test_claimed_secrets_may_be_updated_never_created_or_deleted() -> None:
+def test_claimed_secrets_stay_read_only_for_the_binder() -> None:
+    """The konnector's makeProviderOwner Update is not granted: RBAC lets only a holder grant it,
+    and the reconciler's identity may not write a tenant's Secrets (tests/integration/
+    test_chart.py). A person who grants it by hand gets one writer (test_konnector.py)."""
     export = {
         "metadata": {"name": "postgresqlinstances.anynines.com"},
         "spec": {
@@ -87,7 +90,7 @@ def test_claimed_secrets_may_be_updated_never_created_or_deleted() -> None:
     }
     secrets = [r for r in role_rules([export]) if r["resources"] == ["secrets"]]
     assert secrets == [
-        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "update"]}
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}
     ]
 
 
@@ -95,3 +98,12 @@ def test_a_secret_the_konnector_marked_is_left_to_the_konnector() -> None:
     marked = {"metadata": {"annotations": {objects.RESOURCE_OWNER: "Provider"}}}
     assert objects.claimed_by_konnector(marked)
     assert not objects.claimed_by_konnector({"metadata": {"name": "db-conn"}})
+
+
+def test_our_app_claims_carry_klutchs_bound_mark_and_our_repository_label() -> None:
+    from tests.unit.test_objects import make_claim
+
+    body = objects.app_object(make_claim(), "team-repo", "claims", "c0ffee", None)
+    assert body["metadata"]["annotations"][objects.BOUND_ANNOTATION] == "true"
+    assert body["metadata"]["labels"][objects.REPOSITORY_LABEL] == "team-repo"
+    assert body["metadata"]["finalizers"] == ["klutch.anynines.com/syncer"]  # the konnector's too
