@@ -259,10 +259,11 @@ def test_argo_and_flux_applies_alternate_with_the_reconciler_without_flapping(
             )
         except Exception:
             return None
-        return yaml.safe_load(text)
+        written = yaml.safe_load(text)
+        # An earlier commit may hold the claim before its status came back: wait for Ready.
+        return written if "Ready" in json.dumps(written) else None
 
-    written = eventually(committed, "the status commit")
-    assert "Ready" in json.dumps(written)
+    eventually(committed, "the status commit with Ready")
     assert "status:" not in tenant.remote_file("claims/argo-db.yaml")  # files mode
     assert problems(tenant) == []
 
