@@ -51,6 +51,43 @@ def dev_id_token(stack: StackInfo) -> str:
     return response.json()["id_token"]
 
 
+def offer(admin: Kube, prefix: str, groups: dict[str, str]) -> str:
+    """A namespace ``<prefix>-<random>`` with an APIServiceExportTemplate per plural of
+    ``anynines.com`` in ``groups``, each allowed to those groups and claiming the Provider Secrets.
+    Prefixes starting with ``a-`` sort first, so these templates win; the caller deletes it."""
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    admin.apply(
+        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    )
+    for plural, allowed in groups.items():
+        admin.apply(
+            TEMPLATES[0],
+            {
+                "apiVersion": TEMPLATES[0].api_version,
+                "kind": TEMPLATES[0].kind,
+                "metadata": {
+                    "name": plural,
+                    "namespace": namespace,
+                    "annotations": {ALLOWED_GROUPS_ANNOTATION: allowed},
+                },
+                "spec": {
+                    "APIServiceSelector": {"group": "anynines.com", "resource": plural},
+                    "permissionClaims": [PROVIDER_SECRETS],
+                },
+            },
+        )
+    return namespace
+
+
+def withdraw(admin: Kube, namespace: str) -> None:
+    """Delete ``offer``'s templates at once, then their namespace: a namespace only terminates,
+    and its templates would still win the next test's pick meanwhile."""
+    for resource in TEMPLATES:
+        for template in admin.list(resource, namespace)[0]:
+            admin.delete(resource, namespace, template["metadata"]["name"])
+    admin.delete(NAMESPACES, None, namespace)
+
+
 @contextmanager
 def offered_api(clusters: dict[str, client.ApiClient], prefix: str = "a-bindcli") -> Iterator[str]:
     """The CRDs on both clusters and a template offering ``API`` to team-a with the Provider
@@ -60,30 +97,11 @@ def offered_api(clusters: dict[str, client.ApiClient], prefix: str = "a-bindcli"
         clusters["control-plane"], load_crds(cluster="control-plane") + load_dev_claim_crds()
     )
     install_crds(clusters["app"], load_crds(cluster="app"))
-    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    admin.apply(
-        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-    )
-    admin.apply(
-        TEMPLATES[0],
-        {
-            "apiVersion": TEMPLATES[0].api_version,
-            "kind": TEMPLATES[0].kind,
-            "metadata": {
-                "name": "postgresqlinstances",
-                "namespace": namespace,
-                "annotations": {ALLOWED_GROUPS_ANNOTATION: "team-a"},
-            },
-            "spec": {
-                "APIServiceSelector": {"group": "anynines.com", "resource": "postgresqlinstances"},
-                "permissionClaims": [PROVIDER_SECRETS],
-            },
-        },
-    )
+    namespace = offer(admin, prefix, {"postgresqlinstances": "team-a"})
     try:
         yield namespace
     finally:
-        admin.delete(NAMESPACES, None, namespace)
+        withdraw(admin, namespace)
 
 
 def bind_api_config(stack: StackInfo, **changes: Any) -> BindApiConfig:

@@ -8,7 +8,6 @@ import base64
 import json
 import re
 import threading
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from html import unescape
@@ -20,17 +19,16 @@ import httpx
 import pytest
 import yaml
 
-from bind_api.authz import ALLOWED_GROUPS_ANNOTATION
-from bind_api.bindings import EXPORT_REQUESTS, TEMPLATES, unbind
+from bind_api.bindings import EXPORT_REQUESTS, unbind
 from bind_api.config import BindApiConfig, BrowserFlow
-from bind_api.consumer import PROVIDER_SECRETS
 from bind_api.namespaces import API_SERVICE_EXPORTS
 from bind_api.server import serve_in_background
 from klutch_gitops.config import SecretRef
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
-from klutch_gitops.kube import NAMESPACES, Kube, api_client
+from klutch_gitops.kube import Kube, api_client
 from klutch_gitops.localstack.stack import StackInfo
 
+from .bindapi import offer, withdraw
 from .dexflows import browser, form
 from .gitops import eventually
 
@@ -51,27 +49,9 @@ def bind_api(stack: StackInfo, clusters, tmp_path_factory: pytest.TempPathFactor
     install_crds(
         clusters["control-plane"], load_crds(cluster="control-plane") + load_dev_claim_crds()
     )
-    namespace = f"a-browser-{uuid.uuid4().hex[:6]}"  # sorts first: these templates win
-    admin.apply(
-        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    namespace = offer(
+        admin, "a-browser", {"postgresqlinstances": "team-a", "servicebindings": "dbas-only"}
     )
-    for plural, groups in (("postgresqlinstances", "team-a"), ("servicebindings", "dbas-only")):
-        admin.apply(
-            TEMPLATES[0],
-            {
-                "apiVersion": TEMPLATES[0].api_version,
-                "kind": TEMPLATES[0].kind,
-                "metadata": {
-                    "name": plural,
-                    "namespace": namespace,
-                    "annotations": {ALLOWED_GROUPS_ANNOTATION: groups},
-                },
-                "spec": {
-                    "APIServiceSelector": {"group": "anynines.com", "resource": plural},
-                    "permissionClaims": [PROVIDER_SECRETS],
-                },
-            },
-        )
     secrets = tmp_path_factory.mktemp("browser-secrets")
     (secrets / "client-secret").write_text(stack.dex.web_client_secret)
     url = f"http://127.0.0.1:{stack.bind_api_port}"
@@ -92,7 +72,7 @@ def bind_api(stack: StackInfo, clusters, tmp_path_factory: pytest.TempPathFactor
     eventually(lambda: _healthy(url), "the bind API to listen")
     yield BindApi(url, admin)
     server.should_exit = True
-    admin.delete(NAMESPACES, None, namespace)
+    withdraw(admin, namespace)
 
 
 def _healthy(url: str) -> bool:

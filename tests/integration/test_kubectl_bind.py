@@ -35,7 +35,6 @@ import hashlib
 import json
 import secrets
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,10 +44,8 @@ import httpx
 import pytest
 import yaml
 
-from bind_api.authz import ALLOWED_GROUPS_ANNOTATION
-from bind_api.bindings import EXPORT_REQUESTS, FAILED, SUCCEEDED, TEMPLATES, unbind
+from bind_api.bindings import EXPORT_REQUESTS, FAILED, SUCCEEDED, unbind
 from bind_api.config import BindApiConfig, BrowserFlow
-from bind_api.consumer import PROVIDER_SECRETS
 from bind_api.export_requests import ExportRequestController
 from bind_api.namespaces import API_SERVICE_EXPORTS
 from bind_api.server import serve_in_background
@@ -58,6 +55,7 @@ from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube, KubeError, api_client
 from klutch_gitops.localstack.stack import StackInfo
 
+from .bindapi import offer, withdraw
 from .dexflows import browser
 from .gitops import eventually
 from .test_bind_browser import BindApi, CliCallback, choices, log_in
@@ -77,31 +75,11 @@ def bind_api(stack: StackInfo, clusters, tmp_path_factory: pytest.TempPathFactor
         clusters["control-plane"], load_crds(cluster="control-plane") + load_dev_claim_crds()
     )
     install_crds(clusters["app"], load_crds(cluster="app"))
-    namespace = f"a-kubectl-{uuid.uuid4().hex[:6]}"  # sorts first: these templates win
-    admin.apply(
-        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    namespace = offer(
+        admin,
+        "a-kubectl",
+        {"postgresqlinstances": "team-a", "servicebindings": "team-a", "backups": "dbas-only"},
     )
-    for plural, groups in (
-        ("postgresqlinstances", "team-a"),
-        ("servicebindings", "team-a"),
-        ("backups", "dbas-only"),
-    ):
-        admin.apply(
-            TEMPLATES[0],
-            {
-                "apiVersion": TEMPLATES[0].api_version,
-                "kind": TEMPLATES[0].kind,
-                "metadata": {
-                    "name": plural,
-                    "namespace": namespace,
-                    "annotations": {ALLOWED_GROUPS_ANNOTATION: groups},
-                },
-                "spec": {
-                    "APIServiceSelector": {"group": "anynines.com", "resource": plural},
-                    "permissionClaims": [PROVIDER_SECRETS],
-                },
-            },
-        )
     secret_dir = tmp_path_factory.mktemp("kubectl-bind-secrets")
     (secret_dir / "client-secret").write_text(stack.dex.web_client_secret)
     url = f"http://127.0.0.1:{stack.bind_api_port}"
@@ -124,7 +102,7 @@ def bind_api(stack: StackInfo, clusters, tmp_path_factory: pytest.TempPathFactor
     yield BindApi(url, admin)
     controller.stop()
     server.should_exit = True
-    admin.delete(NAMESPACES, None, namespace)
+    withdraw(admin, namespace)
 
 
 def _healthy(url: str) -> bool:

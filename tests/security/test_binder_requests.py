@@ -18,21 +18,20 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from bind_api.authz import ALLOWED_GROUPS_ANNOTATION
 from bind_api.bindings import (
     BINDER_SECRET,
     EXPORT_REQUESTS,
     FAILED,
-    TEMPLATES,
     BindingRequest,
     bind,
     unbind,
 )
-from bind_api.consumer import BIND_GROUPS_ANNOTATION, PROVIDER_SECRETS
+from bind_api.consumer import BIND_GROUPS_ANNOTATION
 from bind_api.export_requests import ExportRequestController
 from bind_api.namespaces import API_SERVICE_EXPORTS
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube, KubeError, api_client
+from tests.integration.bindapi import offer, withdraw
 
 POSTGRES = "postgresqlinstances.anynines.com"
 BINDINGS = "servicebindings.anynines.com"
@@ -45,29 +44,11 @@ def admin(clusters: dict[str, client.ApiClient]) -> Iterator[Kube]:
         clusters["control-plane"], load_crds(cluster="control-plane") + load_dev_claim_crds()
     )
     admin = Kube(clusters["control-plane"])
-    namespace = f"a-sec-{uuid.uuid4().hex[:6]}"  # sorts first: these templates win
-    admin.create(NAMESPACES, {"metadata": {"name": namespace}})
-    for plural, groups in (("postgresqlinstances", "team-a"), ("servicebindings", "dbas")):
-        admin.create(
-            TEMPLATES[0],
-            {
-                "apiVersion": TEMPLATES[0].api_version,
-                "kind": TEMPLATES[0].kind,
-                "metadata": {
-                    "name": plural,
-                    "namespace": namespace,
-                    "annotations": {ALLOWED_GROUPS_ANNOTATION: groups},
-                },
-                "spec": {
-                    "APIServiceSelector": {"group": "anynines.com", "resource": plural},
-                    "permissionClaims": [PROVIDER_SECRETS],
-                },
-            },
-        )
+    namespace = offer(admin, "a-sec", {"postgresqlinstances": "team-a", "servicebindings": "dbas"})
     controller = ExportRequestController(admin).start()
     yield admin
     controller.stop()
-    admin.delete(NAMESPACES, None, namespace)
+    withdraw(admin, namespace)
 
 
 def forbidden(call: Callable[[], Any]) -> bool:
