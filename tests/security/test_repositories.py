@@ -173,7 +173,8 @@ def test_the_bind_api_refuses_a_hostile_repository_before_binding(
     # nothing bound, registered, fetched, pushed or run
     consumer = consumer_namespace(unverified_claims(token)["sub"], cluster_id)
     assert admin.get(NAMESPACES, None, consumer) is None
-    assert {n["metadata"]["name"] for n in admin.list(NAMESPACES)[0]} == namespaces_before
+    # only new ones count: another module's namespaces may finish terminating meanwhile
+    assert {n["metadata"]["name"] for n in admin.list(NAMESPACES)[0]} - namespaces_before == set()
     bindings, _ = admin.list(REPOSITORY_BINDINGS)
     assert not [b for b in bindings if b["spec"]["url"] == repository["url"] and attack != "etc"]
     assert not [b for b in bindings if "file://" in b["spec"]["url"]]

@@ -128,7 +128,8 @@ def test_a_forged_token_binds_nothing(
     assert response.status_code == 401, response.text
     assert response.json()["detail"].startswith(refusal), response.json()
     assert response.headers["www-authenticate"] == 'Bearer error="invalid_token"'
-    assert {n["metadata"]["name"] for n in admin.list(NAMESPACES)[0]} == before
+    # only new ones count: another module's namespaces may finish terminating meanwhile
+    assert {n["metadata"]["name"] for n in admin.list(NAMESPACES)[0]} - before == set()
 
 
 def test_a_genuine_token_for_another_client_binds_nothing(
@@ -163,4 +164,5 @@ def test_a_genuine_token_for_another_client_binds_nothing(
         f"token audience ['{stack.dex.cli_client_id}'] does not include "
         f"{stack.dex.automation_client_id}"
     )
-    assert {n["metadata"]["name"] for n in admin.list(NAMESPACES)[0]} == before
+    # only new ones count: another module's namespaces may finish terminating meanwhile
+    assert {n["metadata"]["name"] for n in admin.list(NAMESPACES)[0]} - before == set()
