@@ -513,8 +513,12 @@ class LocalStack:
         self.on_event(f"{process.name} ready ({what}) after {seconds:.1f}s")
 
     def _write_info(self, info: StackInfo) -> None:
-        self.paths.info.touch(mode=0o600)
-        self.paths.info.write_text(json.dumps(asdict(info), indent=2))
+        # Atomically: ``dev up`` takes the file's existence as "the stack is up" and reads it (an
+        # empty file touched first was read as invalid JSON once).
+        partial = self.paths.info.with_suffix(".json.partial")
+        partial.touch(mode=0o600)
+        partial.write_text(json.dumps(asdict(info), indent=2))
+        partial.replace(self.paths.info)
         self.paths.env.touch(mode=0o600)
         self.paths.env.write_text(
             "".join(f"export {k}={shlex.quote(v)}\n" for k, v in info.env().items())
