@@ -21,8 +21,9 @@ from kubernetes import client
 
 from bind_api.authz import ALLOWED_GROUPS_ANNOTATION
 from bind_api.bindings import TEMPLATES
-from bind_api.config import BindApiConfig
+from bind_api.config import BindApiConfig, BrowserFlow
 from bind_api.consumer import PROVIDER_SECRETS
+from klutch_gitops.config import SecretRef
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import NAMESPACES, Kube
 from klutch_gitops.localstack.processes import free_port
@@ -114,6 +115,20 @@ def bind_api_config(stack: StackInfo, **changes: Any) -> BindApiConfig:
         listen=f"127.0.0.1:{free_port()}",
     )
     return replace(config, **changes)
+
+
+def browser_config(stack: StackInfo, secret_dir: Path) -> BindApiConfig:
+    """The stack's bind API with Klutch's browser flow on the port Dex redirects back to."""
+    (secret_dir / "client-secret").write_text(stack.dex.web_client_secret)
+    return bind_api_config(
+        stack,
+        listen=f"127.0.0.1:{stack.bind_api_port}",
+        browser=BrowserFlow(
+            external_url=f"http://127.0.0.1:{stack.bind_api_port}",
+            client_id=stack.dex.web_client_id,
+            client_secret=SecretRef(file=secret_dir / "client-secret"),
+        ),
+    )
 
 
 @contextmanager

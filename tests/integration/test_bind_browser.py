@@ -20,15 +20,13 @@ import pytest
 import yaml
 
 from bind_api.bindings import EXPORT_REQUESTS, unbind
-from bind_api.config import BindApiConfig, BrowserFlow
 from bind_api.namespaces import API_SERVICE_EXPORTS
 from bind_api.server import serve_in_background
-from klutch_gitops.config import SecretRef
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import Kube, api_client
 from klutch_gitops.localstack.stack import StackInfo
 
-from .bindapi import offer, withdraw
+from .bindapi import browser_config, offer, withdraw
 from .dexflows import browser, form
 from .gitops import eventually
 
@@ -53,22 +51,8 @@ def bind_api(stack: StackInfo, clusters, tmp_path_factory: pytest.TempPathFactor
         admin, "a-browser", {"postgresqlinstances": "team-a", "servicebindings": "dbas-only"}
     )
     secrets = tmp_path_factory.mktemp("browser-secrets")
-    (secrets / "client-secret").write_text(stack.dex.web_client_secret)
     url = f"http://127.0.0.1:{stack.bind_api_port}"
-    server = serve_in_background(
-        BindApiConfig(
-            control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
-            issuer=stack.dex.issuer,
-            audiences=(stack.dex.automation_client_id,),
-            issuer_ca=Path(stack.dex.ca),
-            listen=f"127.0.0.1:{stack.bind_api_port}",
-            browser=BrowserFlow(
-                external_url=url,
-                client_id=stack.dex.web_client_id,
-                client_secret=SecretRef(file=secrets / "client-secret"),
-            ),
-        )
-    )
+    server = serve_in_background(browser_config(stack, secrets))
     eventually(lambda: _healthy(url), "the bind API to listen")
     yield BindApi(url, admin)
     server.should_exit = True

@@ -36,7 +36,6 @@ import json
 import secrets
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
@@ -45,17 +44,15 @@ import pytest
 import yaml
 
 from bind_api.bindings import EXPORT_REQUESTS, FAILED, SUCCEEDED, unbind
-from bind_api.config import BindApiConfig, BrowserFlow
 from bind_api.export_requests import ExportRequestController
 from bind_api.namespaces import API_SERVICE_EXPORTS
 from bind_api.server import serve_in_background
 from klutch_gitops.bind_client import SERVICE_BINDINGS as API_SERVICE_BINDINGS
-from klutch_gitops.config import SecretRef
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube, KubeError, api_client
 from klutch_gitops.localstack.stack import StackInfo
 
-from .bindapi import offer, withdraw
+from .bindapi import browser_config, offer, withdraw
 from .dexflows import browser
 from .gitops import eventually
 from .test_bind_browser import BindApi, CliCallback, choices, log_in
@@ -81,22 +78,8 @@ def bind_api(stack: StackInfo, clusters, tmp_path_factory: pytest.TempPathFactor
         {"postgresqlinstances": "team-a", "servicebindings": "team-a", "backups": "dbas-only"},
     )
     secret_dir = tmp_path_factory.mktemp("kubectl-bind-secrets")
-    (secret_dir / "client-secret").write_text(stack.dex.web_client_secret)
     url = f"http://127.0.0.1:{stack.bind_api_port}"
-    server = serve_in_background(
-        BindApiConfig(
-            control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
-            issuer=stack.dex.issuer,
-            audiences=(stack.dex.automation_client_id,),
-            issuer_ca=Path(stack.dex.ca),
-            listen=f"127.0.0.1:{stack.bind_api_port}",
-            browser=BrowserFlow(
-                external_url=url,
-                client_id=stack.dex.web_client_id,
-                client_secret=SecretRef(file=secret_dir / "client-secret"),
-            ),
-        )
-    )
+    server = serve_in_background(browser_config(stack, secret_dir))
     controller = ExportRequestController(admin).start()  # as the leading reconciler runs it
     eventually(lambda: _healthy(url), "the bind API to listen")
     yield BindApi(url, admin)
