@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import ConflictError
+from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
 from klutch_gitops.errors import KlutchError
 
@@ -63,11 +63,16 @@ def install_crds(
 ) -> None:
     """Server-side apply each CRD and wait until all are Established, so callers can use them.
 
-    Conflicts are not forced: a field another manager owns is reported, not taken over.
+    Conflicts are not forced: a field another manager owns is reported, not taken over. A CRD
+    whose scope changed (the apiserver keeps ``spec.scope`` immutable) is refused before any
+    apply, with the migration as the fix.
     """
     resource = DynamicClient(api_client).resources.get(
         api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition"
     )
+    for crd in crds:
+        if error := scope_change(_live(resource, crd["metadata"]["name"]), crd):
+            raise error
     for crd in crds:
         name = crd["metadata"]["name"]
         try:
@@ -87,6 +92,38 @@ def install_crds(
                 "`kubectl get crd <name> -o jsonpath='{.status.conditions}'`",
             )
         time.sleep(0.2)
+
+
+def scope_change(live: Mapping[str, Any] | None, crd: Mapping[str, Any]) -> KlutchError | None:
+    """The error for an installed CRD whose scope differs from the file's, else None.
+
+    The scope cannot be updated, so the old CRD must go, and with it every object of its kind:
+    for APIServiceBinding (namespaced before it became cluster-scoped like Klutch's) binding
+    again writes them anew.
+    """
+    if live is None:
+        return None
+    name, kind = crd["metadata"]["name"], crd["spec"]["names"]["kind"]
+    old, new = live["spec"]["scope"], crd["spec"]["scope"]
+    if old == new:
+        return None
+    again = (
+        "re-run 'klutch-bind bind' (idempotent) for each consumer to write them again"
+        if kind == "APIServiceBinding"
+        else f"recreate the {kind} objects"
+    )
+    return KlutchError(
+        f"CRD {name} is installed with spec.scope {old}, this version needs {new}; "
+        "the scope of a CRD cannot be changed in place",
+        f"run 'kubectl delete crd {name}' (this deletes every {kind}), install again, then {again}",
+    )
+
+
+def _live(resource: Any, name: str) -> dict[str, Any] | None:
+    try:
+        return resource.get(name=name).to_dict()
+    except NotFoundError:
+        return None
 
 
 def _established(crd: Any) -> bool:

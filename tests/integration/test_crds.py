@@ -176,23 +176,6 @@ VALID: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         },
     ),
     (
-        "app",
-        {
-            "apiVersion": BIND,
-            "kind": "APIServiceBinding",
-            "metadata": {"name": "postgresqlinstances.anynines.com"},
-            "spec": {
-                "kubeconfigSecretRef": {
-                    "namespace": "klutch-bind",
-                    "name": "kubeconfig-abc",
-                    "key": "kubeconfig",
-                },
-                "permissionClaims": [{**SECRETS_CLAIM, "state": "Accepted"}],
-            },
-        },
-        {"providerPrettyName": "anynines", "conditions": [condition("SecretValid"), condition()]},
-    ),
-    (
         "control-plane",
         repository_binding(
             branch="release",
@@ -281,14 +264,43 @@ def test_install_again_changes_nothing(
         assert "klutch-gitops" in {m.manager for m in managers if m.operation == "Apply"}
 
 
-def test_install_reports_a_conflict_instead_of_forcing(
-    clusters: dict[str, client.ApiClient],
-) -> None:
-    """A field another manager owns stays theirs; a throwaway CRD keeps the shared ones intact."""
+def throwaway_binding_crd(scope: str) -> dict[str, Any]:
+    """The App Cluster's APIServiceBinding CRD under a fresh group, so the shared one stays."""
     group = f"g{uuid.uuid4().hex[:8]}.test.klutch.example"
     crd = copy.deepcopy(load_crds(cluster="app")[0])
     crd["metadata"]["name"] = f"apiservicebindings.{group}"
     crd["spec"]["group"] = group
+    crd["spec"]["scope"] = scope
+    return crd
+
+
+def test_install_refuses_a_scope_change_with_the_migration(
+    clusters: dict[str, client.ApiClient],
+) -> None:
+    """An APIServiceBinding CRD installed namespaced (before it became cluster-scoped like
+    Klutch's) is named with the fix, not left to the apiserver's 422 on immutable spec.scope."""
+    old = throwaway_binding_crd("Namespaced")
+    name = old["metadata"]["name"]
+    api = clusters["app"]
+    install_crds(api, [old])
+    try:
+        with pytest.raises(KlutchError) as raised:
+            install_crds(api, [{**old, "spec": {**old["spec"], "scope": "Cluster"}}])
+        assert f"CRD {name} is installed with spec.scope Namespaced" in raised.value.message
+        assert "needs Cluster" in raised.value.message
+        assert f"kubectl delete crd {name}" in raised.value.fix
+        assert "klutch-bind bind" in raised.value.fix
+        live = client.ApiextensionsV1Api(api).read_custom_resource_definition(name)
+        assert live.spec.scope == "Namespaced"  # nothing was applied
+    finally:
+        client.ApiextensionsV1Api(api).delete_custom_resource_definition(name)
+
+
+def test_install_reports_a_conflict_instead_of_forcing(
+    clusters: dict[str, client.ApiClient],
+) -> None:
+    """A field another manager owns stays theirs; a throwaway CRD keeps the shared ones intact."""
+    crd = throwaway_binding_crd("Cluster")
     api = clusters["control-plane"]
     install_crds(api, [crd], field_manager="someone-else")
     try:
@@ -319,6 +331,49 @@ def test_valid_object_round_trips_with_status(
     assert contains(stored["spec"], obj["spec"])
     assert stored["status"] == status
     api.delete_namespaced_custom_object(*where(obj, namespace), name)
+
+
+def test_service_binding_is_cluster_scoped_and_round_trips_with_status(
+    installed: dict[str, client.ApiClient],
+) -> None:
+    """Cluster-scoped as Klutch's (apiservicebinding_types.go): created at the cluster path with
+    the ``namespace: klutch-bind`` kubectl bind sends (servicebindings.go), which the apiserver
+    drops; its kubeconfigSecretRef is immutable, as Klutch's."""
+    api = client.CustomObjectsApi(installed["app"])
+    where_ = ("klutch.anynines.com", "v1alpha1", "apiservicebindings")
+    name = f"t{uuid.uuid4().hex[:8]}.crd-test.klutch.example"  # no export of that name exists
+    ref = {"namespace": "klutch-bind", "name": "kubeconfig-abc", "key": "kubeconfig"}
+    obj = {
+        "apiVersion": BIND,
+        "kind": "APIServiceBinding",
+        "metadata": {"name": name, "namespace": "klutch-bind"},
+        "spec": {
+            "kubeconfigSecretRef": ref,
+            "permissionClaims": [{**SECRETS_CLAIM, "state": "Accepted"}],
+        },
+    }
+    status = {
+        "providerPrettyName": "anynines",
+        "conditions": [condition("SecretValid"), condition()],
+    }
+    created = api.create_cluster_custom_object(*where_, obj)
+    try:
+        assert "namespace" not in created["metadata"]
+        api.patch_cluster_custom_object_status(*where_, name, {"status": status})
+        stored = api.get_cluster_custom_object(*where_, name)
+        assert contains(stored["spec"], obj["spec"])
+        assert stored["status"] == status
+        moved = {"spec": {"kubeconfigSecretRef": {**ref, "name": "kubeconfig-other"}}}
+        code, message = rejection(lambda: api.patch_cluster_custom_object(*where_, name, moved))
+        assert code == 422
+        assert "kubeconfigSecretRef is immutable" in message
+        wrong_key = {**obj, "metadata": {"name": f"x{name}"}}
+        wrong_key["spec"] = {"kubeconfigSecretRef": {**ref, "key": "config"}}
+        code, message = rejection(lambda: api.create_cluster_custom_object(*where_, wrong_key))
+        assert code == 422
+        assert "spec.kubeconfigSecretRef.key" in message
+    finally:
+        api.delete_cluster_custom_object(*where_, name)
 
 
 def test_permission_claim_names_default_to_everything(

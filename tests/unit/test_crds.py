@@ -67,7 +67,7 @@ def test_the_directory_holds_exactly_the_expected_files() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_crd_is_a_namespaced_v1_crd_named_by_convention(name: str) -> None:
+def test_crd_is_a_v1_crd_named_by_convention(name: str) -> None:
     group, kind, plural = EXPECTED[name]
     crd = load(name)
     assert (crd["apiVersion"], crd["kind"]) == (
@@ -77,7 +77,9 @@ def test_crd_is_a_namespaced_v1_crd_named_by_convention(name: str) -> None:
     assert crd["metadata"]["name"] == f"{plural}.{group}"
     assert name == f"{group}_{plural}.yaml"
     spec = crd["spec"]
-    assert (spec["group"], spec["scope"]) == (group, "Namespaced")
+    # Klutch's APIServiceBinding is cluster-scoped (apiservicebinding_types.go, scope=Cluster).
+    scope = "Cluster" if kind == "APIServiceBinding" else "Namespaced"
+    assert (spec["group"], spec["scope"]) == (group, scope)
     assert spec["names"]["kind"] == kind
     assert spec["names"]["plural"] == plural
     assert spec["names"]["singular"] == kind.lower()
