@@ -655,22 +655,23 @@ def remove_app_objects(kube: Kube, consumer: str) -> list[str]:
     except KubeError as error:
         raise KlutchError(
             f"unbound on the Control Plane, but cannot clean up the App Cluster: {error}",
-            "check the kubeconfig's permissions in namespace klutch-bind, then unbind again",
+            "check the kubeconfig's permissions on APIServiceBindings (cluster-wide) and on "
+            "Secrets in namespace klutch-bind, then unbind again",
         ) from None
 
 
 def _remove(kube: Kube, consumer: str) -> list[str]:
     namespace = bind_client.BIND_NAMESPACE
     try:
-        items, _ = kube.list(bind_client.SERVICE_BINDINGS, namespace)
+        items, _ = kube.list(bind_client.SERVICE_BINDINGS)
     except KubeError as error:
         if not error.not_found:  # no CRD: no bindings
             raise
         items = []
     removed = []
     for name in bind_client.bindings_of(consumer, items):
-        if kube.delete(bind_client.SERVICE_BINDINGS, namespace, name):
-            removed.append(f"APIServiceBinding/{namespace}/{name}")
+        if kube.delete(bind_client.SERVICE_BINDINGS, None, name):
+            removed.append(f"APIServiceBinding/{name}")
     secret = bind_client.secret_name(consumer)
     if kube.delete(SECRETS, namespace, secret):
         removed.append(f"Secret/{namespace}/{secret}")

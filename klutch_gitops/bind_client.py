@@ -21,8 +21,9 @@ from klutch_gitops.kube import NAMESPACES, SECRETS, Resource
 BIND_NAMESPACE = "klutch-bind"
 FIELD_MANAGER = "klutch-bind"
 CONSUMER_LABEL = "klutch.anynines.com/consumer"
+# Cluster-scoped, like Klutch's (bind/pkg/apis/bind/v1alpha1/apiservicebinding_types.go).
 SERVICE_BINDINGS = Resource(
-    "klutch.anynines.com", "v1alpha1", "apiservicebindings", "APIServiceBinding"
+    "klutch.anynines.com", "v1alpha1", "apiservicebindings", "APIServiceBinding", namespaced=False
 )
 CLAIM_FIELDS = ("group", "resource", "version", "selector", "required")
 LOGIN_FIX = (
@@ -192,15 +193,12 @@ def accepted_claims(claims: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
 
 
 def service_binding(api: str, consumer: str, claims: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The APIServiceBinding named after the export ``<plural>.<group>``."""
+    """The cluster-scoped APIServiceBinding named after the export ``<plural>.<group>``; its
+    Secret lives in ``klutch-bind``, as kubectl bind writes it (servicebindings.go)."""
     return {
         "apiVersion": SERVICE_BINDINGS.api_version,
         "kind": SERVICE_BINDINGS.kind,
-        "metadata": {
-            "name": api,
-            "namespace": BIND_NAMESPACE,
-            "labels": {CONSUMER_LABEL: consumer},
-        },
+        "metadata": {"name": api, "labels": {CONSUMER_LABEL: consumer}},
         "spec": {
             "kubeconfigSecretRef": {
                 "namespace": BIND_NAMESPACE,

@@ -79,8 +79,9 @@ def test_bind_status_unbind(
     assert "kubeconfig" not in report  # the credentials are never printed
     assert control_plane.get(NAMESPACES, None, consumer) is not None
 
-    binding = app.get(SERVICE_BINDINGS, "klutch-bind", API)
+    binding = app.get(SERVICE_BINDINGS, None, API)  # cluster-scoped, as Klutch's
     assert binding is not None
+    assert "namespace" not in binding["metadata"]
     assert binding["spec"]["kubeconfigSecretRef"]["name"] == f"{consumer}-kubeconfig"
     assert [c["state"] for c in binding["spec"]["permissionClaims"]] == ["Accepted"]
     assert {f["manager"] for f in binding["metadata"]["managedFields"]} == {"klutch-bind"}
@@ -95,6 +96,7 @@ def test_bind_status_unbind(
     assert consumer in written.stdout  # binding again is idempotent
     docs = [yaml.safe_load(p.read_text()) for p in sorted(out.glob("*.yaml"))]
     assert sorted(d["kind"] for d in docs) == ["APIServiceBinding", "Namespace"]
+    assert all("namespace" not in d["metadata"] for d in docs)
     assert not any(b"kubeconfig:" in p.read_bytes() for p in out.iterdir() if p.suffix == ".yaml")
     assert f"klutch-bind/{consumer}-kubeconfig" in (out / "README.md").read_text()
 
@@ -109,8 +111,9 @@ def test_bind_status_unbind(
         tmp_path, "unbind", bind_url, consumer, "--token", id_token, "--kubeconfig", kubeconfig
     )
     assert gone.returncode == 0, gone.stderr
-    assert f"APIServiceBinding/klutch-bind/{API}" in gone.stdout
-    assert app.get(SERVICE_BINDINGS, "klutch-bind", API) is None
+    assert f"APIServiceBinding/{API}" in gone.stdout
+    assert "APIServiceBinding/klutch-bind/" not in gone.stdout
+    assert app.get(SERVICE_BINDINGS, None, API) is None
     assert app.get(SECRETS, "klutch-bind", f"{consumer}-kubeconfig") is None
     eventually(
         lambda: control_plane.get(NAMESPACES, None, consumer) is None, "the consumer to go", 120

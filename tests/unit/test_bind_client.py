@@ -115,7 +115,8 @@ def test_app_objects_are_namespace_secret_and_accepted_bindings() -> None:
     }
     assert base64.b64decode(secret["data"]["kubeconfig"]).decode() == "kubeconfig: yes\n"
     assert binding["metadata"]["name"] == API
-    assert binding["metadata"]["namespace"] == "klutch-bind"
+    assert "namespace" not in binding["metadata"]  # cluster-scoped, as Klutch's
+    assert not bind_client.SERVICE_BINDINGS.namespaced
     assert binding["spec"]["kubeconfigSecretRef"] == {
         "namespace": "klutch-bind",
         "name": "cluster-x-kubeconfig",
