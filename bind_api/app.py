@@ -237,6 +237,10 @@ def create_app(
                 apis=tuple(body.apis),
                 repository=_repository(body.repository),
                 app_kubeconfig=body.app_kubeconfig,
+                # recorded on the consumer namespace, as the browser flow does, so export
+                # requests made later with the binder kubeconfig are authorized alike
+                groups=tuple(caller.groups),
+                default_allowed_groups=tuple(config.default_allowed_groups),
             ),
             prefix=config.consumer_prefix,
             limit=config.bindings_per_identity,

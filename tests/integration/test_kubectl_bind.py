@@ -18,14 +18,12 @@ exactly what kubectl-bind does, read in anynines/klutchio (bind/pkg/kubectl):
 - bind-apiservice/plugin/bind.go, serviceexportrequest.go: each request created in the remote
   kubeconfig's namespace WITH THE BINDER KUBECONFIG (on AlreadyExists again with generateName
   ``<name>-``), polled every second until ``Succeeded`` or ``Failed`` (terminalMessage);
-- bind-apiservice/plugin/secret.go and servicebindings.go: the kubeconfig Secret found again, an
-  APIServiceBinding ``<resource>.<group>`` with ``kubeconfigSecretRef`` {klutch-bind, the Secret,
-  kubeconfig} and the permission claims accepted, then its status ``Ready=False`` with severity
-  ``Info`` and reason ``Pending``.
-
-One deviation, forced by our CRD: Klutch's APIServiceBinding is cluster-scoped
-(bind/pkg/apis/bind/v1alpha1/apiservicebinding_types.go, ``scope=Cluster``), ours is namespaced in
-``klutch-bind``; the APIServiceBindings are written there (see the README's bind API section).
+- bind-apiservice/plugin/secret.go and servicebindings.go ``createAPIServiceBindings``: the
+  kubeconfig Secret found again, an APIServiceBinding ``<resource>.<group>`` got, else created at
+  the cluster path (the typed client is ``+genclient:nonNamespaced``: apiservicebinding_types.go,
+  ``scope=Cluster``, as our CRD) with the body's ``namespace: klutch-bind`` the apiserver drops,
+  ``kubeconfigSecretRef`` {klutch-bind, the Secret, kubeconfig} and the permission claims
+  accepted, then its status ``Ready=False`` with severity ``Info`` and reason ``Pending``.
 """
 
 from __future__ import annotations
@@ -35,6 +33,7 @@ import hashlib
 import json
 import secrets
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -44,6 +43,7 @@ import pytest
 import yaml
 
 from bind_api.bindings import EXPORT_REQUESTS, FAILED, SUCCEEDED, unbind
+from bind_api.consumer import recorded_groups
 from bind_api.export_requests import ExportRequestController
 from bind_api.namespaces import API_SERVICE_EXPORTS
 from bind_api.server import serve_in_background
@@ -52,7 +52,7 @@ from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube, KubeError, api_client
 from klutch_gitops.localstack.stack import StackInfo
 
-from .bindapi import browser_config, offer, withdraw
+from .bindapi import browser_config, dev_id_token, offer, withdraw
 from .dexflows import browser
 from .gitops import eventually
 from .test_bind_browser import BindApi, CliCallback, choices, log_in
@@ -193,7 +193,7 @@ def create_api_service_bindings(
     bindings = []
     for resource in request["spec"]["resources"]:
         name = f"{resource['resource']}.{resource['group']}"
-        existing = app.get(API_SERVICE_BINDINGS, KLUTCH_BIND, name)
+        existing = app.get(API_SERVICE_BINDINGS, None, name)
         if existing is not None:
             ref = existing["spec"]["kubeconfigSecretRef"]
             assert (ref["namespace"], ref["name"]) == (KLUTCH_BIND, secret_name), (
@@ -201,9 +201,10 @@ def create_api_service_bindings(
             )
             bindings.append(existing)
             continue
-        created = app.create(
-            API_SERVICE_BINDINGS,
-            {
+        created = app._call(  # Create at the cluster path, the body naming klutch-bind
+            "POST",
+            API_SERVICE_BINDINGS.path(),
+            body={
                 "apiVersion": API_SERVICE_BINDINGS.api_version,
                 "kind": "APIServiceBinding",
                 "metadata": {"name": name, "namespace": KLUTCH_BIND},
@@ -234,7 +235,7 @@ def create_api_service_bindings(
         }
         app._call(  # UpdateStatus: a PUT of the status subresource
             "PUT",
-            API_SERVICE_BINDINGS.path(KLUTCH_BIND, name, "status"),
+            API_SERVICE_BINDINGS.path(None, name, "status"),
             body=created,
         )
         bindings.append(created)
@@ -307,28 +308,40 @@ def kubectl_bind(bind_api: BindApi, stack: StackInfo, app: Kube, api: str) -> di
     }
 
 
+def export_request(api: str) -> dict[str, Any]:
+    """An APIServiceExportRequest for one API, as a person hands ``kubectl bind apiservice``."""
+    resource, group = api.split(".", 1)
+    return {
+        "apiVersion": "klutch.anynines.com/v1alpha1",
+        "kind": "APIServiceExportRequest",
+        "metadata": {"name": api},
+        "spec": {"resources": [{"group": group, "resource": resource, "versions": []}]},
+    }
+
+
 # -- the tests --------------------------------------------------------------------------------
 
 
 @pytest.fixture
 def app(clusters) -> Iterator[Kube]:
-    """The App Cluster; what the test's binds add to klutch-bind is removed afterwards."""
+    """The App Cluster; the APIServiceBindings and klutch-bind Secrets the test's binds add are
+    removed afterwards."""
     app = Kube(clusters["app"])
 
     def present() -> set[tuple[str, str]]:
-        if app.get(NAMESPACES, None, KLUTCH_BIND) is None:
-            return set()
+        secrets = (
+            app.list(SECRETS, KLUTCH_BIND)[0] if app.get(NAMESPACES, None, KLUTCH_BIND) else []
+        )
         return {
-            (resource.plural, item["metadata"]["name"])
-            for resource in (API_SERVICE_BINDINGS, SECRETS)
-            for item in app.list(resource, KLUTCH_BIND)[0]
-        }
+            (API_SERVICE_BINDINGS.plural, item["metadata"]["name"])
+            for item in app.list(API_SERVICE_BINDINGS)[0]
+        } | {(SECRETS.plural, item["metadata"]["name"]) for item in secrets}
 
     before = present()
     yield app
     kinds = {r.plural: r for r in (API_SERVICE_BINDINGS, SECRETS)}
     for plural, name in present() - before:
-        app.delete(kinds[plural], KLUTCH_BIND, name)
+        app.delete(kinds[plural], KLUTCH_BIND, name)  # a binding's namespace is ignored
 
 
 def test_kubectl_bind_binds_two_apis_one_after_the_other(
@@ -358,10 +371,13 @@ def test_kubectl_bind_binds_two_apis_one_after_the_other(
         stored = base64.b64decode(secret["data"]["kubeconfig"]).decode()
         assert parse_remote_kubeconfig(stored) == parse_remote_kubeconfig(first["kubeconfig"])
         bindings = {
-            b["metadata"]["name"]: b for b in app.list(API_SERVICE_BINDINGS, KLUTCH_BIND)[0]
+            b["metadata"]["name"]: b
+            for b in app.list(API_SERVICE_BINDINGS)[0]  # the cluster path, as Klutch's
+            if b["metadata"]["name"] in (POSTGRES, BINDINGS)
         }
         assert set(bindings) == {POSTGRES, BINDINGS}
         for binding in bindings.values():
+            assert "namespace" not in binding["metadata"]  # cluster-scoped
             assert binding["spec"]["kubeconfigSecretRef"] == {
                 "name": first["secret"],
                 "key": "kubeconfig",
@@ -382,24 +398,44 @@ def test_a_cli_request_for_an_api_the_groups_do_not_allow_fails(
     try:
         remote = Kube(api_client(bound["kubeconfig"]))
 
-        def request(api: str) -> dict[str, Any]:
-            resource, group = api.split(".", 1)
-            return {
-                "apiVersion": "klutch.anynines.com/v1alpha1",
-                "kind": "APIServiceExportRequest",
-                "metadata": {"name": api},
-                "spec": {"resources": [{"group": group, "resource": resource, "versions": []}]},
-            }
-
-        refused = create_export_request(remote, consumer, request(BACKUPS))
+        refused = create_export_request(remote, consumer, export_request(BACKUPS))
         assert refused["status"]["phase"] == FAILED
         assert "only members of dbas-only may bind it" in refused["status"]["terminalMessage"]
-        unknown = create_export_request(remote, consumer, request("widgets.example.com"))
+        unknown = create_export_request(remote, consumer, export_request("widgets.example.com"))
         assert unknown["status"]["phase"] == FAILED
         assert "no APIServiceExportTemplate offers it" in unknown["status"]["terminalMessage"]
         exports = {
             e["metadata"]["name"] for e in bind_api.admin.list(API_SERVICE_EXPORTS, consumer)[0]
         }
         assert exports == {POSTGRES}
+    finally:
+        unbind(bind_api.admin, consumer)
+
+
+def test_a_json_api_binding_records_the_groups_cli_requests_are_checked_against(
+    bind_api: BindApi, stack: StackInfo
+) -> None:
+    """``POST /api/v1/bindings`` records the caller's OIDC groups on the consumer namespace as the
+    browser flow does, so a request made later with the binder kubeconfig (serviceexportrequest.go)
+    is answered, not failed for want of recorded groups."""
+    bound = httpx.post(
+        f"{bind_api.url}/api/v1/bindings",
+        json={"clusterId": f"json{uuid.uuid4().hex[:6]}", "apis": [POSTGRES]},
+        headers={"Authorization": f"Bearer {dev_id_token(stack)}"},
+        timeout=180,
+    )
+    assert bound.status_code == 201, bound.text
+    consumer = bound.json()["consumerNamespace"]
+    try:
+        recorded = recorded_groups(bind_api.admin.get(NAMESPACES, None, consumer))
+        assert recorded is not None
+        assert "team-a" in recorded[0]
+        remote = Kube(api_client(bound.json()["kubeconfig"]))
+        answered = create_export_request(remote, consumer, export_request(BINDINGS))
+        assert answered["status"]["phase"] == SUCCEEDED, answered["status"].get("terminalMessage")
+        exports = {
+            e["metadata"]["name"] for e in bind_api.admin.list(API_SERVICE_EXPORTS, consumer)[0]
+        }
+        assert exports == {POSTGRES, BINDINGS}
     finally:
         unbind(bind_api.admin, consumer)
