@@ -292,6 +292,13 @@ def test_install_refuses_a_scope_change_with_the_migration(
         assert "klutch-bind bind" in raised.value.fix
         live = client.ApiextensionsV1Api(api).read_custom_resource_definition(name)
         assert live.spec.scope == "Namespaced"  # nothing was applied
+        live.spec.scope = "Cluster"  # what the apiserver says without the check
+        status, message = rejection(
+            lambda: client.ApiextensionsV1Api(api).replace_custom_resource_definition(name, live)
+        )
+        assert status == 422, message
+        assert "spec.scope" in message
+        assert "immutable" in message
     finally:
         client.ApiextensionsV1Api(api).delete_custom_resource_definition(name)
 
