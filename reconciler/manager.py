@@ -33,14 +33,14 @@ from klutch_gitops.config import Config, RepositorySpec, from_repository_binding
 from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.informer import Informer
-from klutch_gitops.kube import SECRETS, Kube, KubeError, api_client
+from klutch_gitops.kube import EVENTS, SECRETS, Kube, KubeError, api_client
 from klutch_gitops.policies import install_policies, load_policies
 from klutch_gitops.urls import normalize_repo_url
 from reconciler import metrics
 from reconciler.binding import REPOSITORY_BINDINGS, Binding, Resolver
 from reconciler.leader import LeaderElector, default_identity
 from reconciler.platform import PlatformSync
-from reconciler.repository import Key, RepositorySync
+from reconciler.repository import Key, RepositorySync, warning_event
 from reconciler.review import Reviewer
 from reconciler.server import create_app, serve
 from reconciler.shards import ShardCoordinator
@@ -81,6 +81,7 @@ class Reconciler:
         # other replicas' webhook secrets: registration -> (spec, until, secrets)
         self.visitor_secrets: dict[str, tuple[RepositorySpec, float, tuple[bytes, ...]]] = {}
         self.binder_kubeconfigs: dict[tuple[str, str], str | None] = {}  # as last seen
+        self.konnector_warnings: dict[str, str] = {}  # registration -> conflict last evented
         self.repository_locks: dict[str, threading.Lock] = {}
         self.namespaces = NamespaceController(self.admin)
         self.export_requests = ExportRequestController(self.admin)
@@ -383,6 +384,8 @@ class Reconciler:
                 },
             ]
         }
+        if sync is not None:
+            status["conditions"].append(self._konnector_condition(spec, sync, now))
         if sync is not None and sync.head:
             status["lastFetchedCommit"] = sync.head
             if sync.last_status_commit:
@@ -403,6 +406,41 @@ class Reconciler:
             log.warning(
                 "could not report RepositoryBinding status",
                 extra={"binding": spec.source, "error": str(failure)},
+            )
+
+    def _konnector_condition(self, spec: RepositorySpec, sync: RepositorySync, now: str) -> dict:
+        """KonnectorConflict: a Klutch konnector serves one of the repository's kinds for another
+        consumer namespace (``reconciler/konnector.py``); a Warning Event when it starts or
+        changes."""
+        conflicts = sync.conflicts
+        message = "; ".join(f"{v.message}. Fix: {v.fix}" for _, v in sorted(conflicts.items()))
+        if not conflicts:
+            self.konnector_warnings.pop(spec.name, None)
+        elif self.konnector_warnings.get(spec.name) != message:
+            self.konnector_warnings[spec.name] = message
+            self._binding_event(spec, "ForeignKonnector", message)
+        return {
+            "type": "KonnectorConflict",
+            "status": "True" if conflicts else "False",
+            "reason": "ForeignKonnector" if conflicts else "NoForeignKonnector",
+            "message": (
+                message or "no Klutch konnector serves these kinds for another consumer namespace"
+            )[:8000],  # one conflict per kind a konnector binds: room for a few
+            "lastTransitionTime": now,
+        }
+
+    def _binding_event(self, spec: RepositorySpec, reason: str, message: str) -> None:
+        """A Warning Event on the RepositoryBinding, where `kubectl describe` shows it."""
+        namespace, _, name = spec.source.removeprefix("RepositoryBinding ").partition("/")
+        live = self.bindings.get(namespace, name) or {"metadata": {}}
+        meta = {"name": name, "namespace": namespace, "uid": live["metadata"].get("uid")}
+        try:
+            self.admin.create(
+                EVENTS, warning_event(REPOSITORY_BINDINGS, {"metadata": meta}, reason, message)
+            )
+        except KubeError as error:
+            log.warning(
+                "could not record event", extra={"binding": spec.source, "error": str(error)}
             )
 
     # -- triggers ---------------------------------------------------------------------------

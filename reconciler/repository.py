@@ -15,6 +15,8 @@ deletes the App object: our finalizer holds it until the Control Plane copy is g
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import hashlib
 import json
@@ -34,7 +36,7 @@ from klutch_gitops.git import Checkout
 from klutch_gitops.informer import Informer
 from klutch_gitops.kube import CRDS, EVENTS, SECRETS, KubeError, Resource
 from klutch_gitops.manifests import Claim, Export, Identity, Location, Rejection
-from reconciler import metrics, objects
+from reconciler import konnector, metrics, objects
 from reconciler.binding import Binding
 from reconciler.desired import DesiredState, load_desired
 from reconciler.writeback import Bot as CommitAuthor
@@ -51,6 +53,9 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # ("sync" | "writeback", repository name)
 APPLY_CONCURRENCY = 8  # writes in flight per pass; the client's connection pool holds 10
+# While a foreign konnector conflict stands, look again this often: its kubeconfig Secret may be
+# pointed at our consumer namespace without any event the reconciler watches.
+KONNECTOR_RECHECK_SECONDS = 30.0
 
 
 def resource_of(export: Export, version: str | None = None) -> Resource:
@@ -108,6 +113,10 @@ class RepositorySync:
         self.last_status_commit: str | None = None
         self.pending = True
         self._held: set[Identity] = set()  # deletion-protected App objects being deleted
+        self.konnectors: dict[str, konnector.Verdict] = {}  # export name -> Klutch's konnector
+        self._konnector_logged: dict[str, str] = {}  # export name -> what was last logged
+        self.service_bindings: Informer | None = None  # a trigger: APIServiceBinding changes
+        self._service_bindings_forbidden = False
         self._source: tuple[str | None, str] = (None, "")
         self._lock = threading.Lock()
 
@@ -125,12 +134,18 @@ class RepositorySync:
         if obj["metadata"].get("namespace") in self.spec.app_namespaces:
             self._enqueue(("sync", self.name))
 
+    def _on_service_binding(self, _event: str, obj: dict) -> None:
+        """A konnector binding for one of our kinds came, changed or went: decide again."""
+        if obj["metadata"].get("name") in {e.name for e in list(self.exports.values())}:
+            self._enqueue(("sync", self.name))
+
     def stop(self) -> None:
         for informer in [
             *self.app_claims.values(),
             *self.cp_claims.values(),
             *self.cp_secrets.values(),
             self.app_secrets,
+            *([self.service_bindings] if self.service_bindings else []),
         ]:
             informer.stop()
 
@@ -151,6 +166,7 @@ class RepositorySync:
             desired = self._load_desired(raw_exports)
             pending = self._map_namespaces()
             mirrored = self._adopted(desired, problems) if self.external else desired.claims
+            mirrored = self._refuse_foreign_konnector(desired, mirrored, problems)
             self._apply(mirrored, problems)
             if not self.external:
                 self._prune(desired, problems)
@@ -160,6 +176,8 @@ class RepositorySync:
             self.pending = pending
             if pending:
                 self._enqueue_after(("sync", self.name), 0.5)
+            elif self.conflicts:
+                self._enqueue_after(("sync", self.name), KONNECTOR_RECHECK_SECONDS)
 
     def settled(self) -> bool:
         """Every namespace mapped and every cache filled: a pass sees the whole picture."""
@@ -182,6 +200,7 @@ class RepositorySync:
         """Serve every exported kind in the App Cluster, without taking over a foreign CRD."""
         for raw in raw_exports:
             service_binding = self._service_binding(raw["metadata"]["name"])
+            self.konnectors[raw["metadata"]["name"]] = self._konnector(service_binding)
             crd = objects.crd_from_export(raw, service_binding)
             name = crd["metadata"]["name"]
             live = self.binding.app.get(CRDS, None, name)
@@ -211,6 +230,14 @@ class RepositorySync:
                     else f"{objects.REPOSITORY_LABEL}={self.name}",
                     name=f"{self.name}-app-{export.plural}",
                 ).start()
+        self._konnector_log({Export.of(raw).name for raw in raw_exports})
+        if raw_exports and self.service_bindings is None and not self._service_bindings_forbidden:
+            self.service_bindings = Informer(
+                self.binding.app,
+                SERVICE_BINDINGS,
+                self._on_service_binding,
+                name=f"{self.name}-app-apiservicebindings",
+            ).start()
 
     def _service_binding(self, name: str) -> dict | None:
         """The App Cluster's APIServiceBinding named after an export (as ``kubectl bind`` and
@@ -219,8 +246,90 @@ class RepositorySync:
             return self.binding.app.get(SERVICE_BINDINGS, None, name)
         except KubeError as error:
             if error.status == 403:
+                self._service_bindings_forbidden = True
                 return None
             raise
+
+    # -- Klutch's konnector for another consumer namespace ----------------------------------
+
+    @property
+    def conflicts(self) -> dict[str, konnector.Verdict]:
+        """The exported kinds a konnector serves for another consumer namespace."""
+        return {name: v for name, v in self.konnectors.items() if v.conflict}
+
+    def _konnector(self, service_binding: dict | None) -> konnector.Verdict:
+        """Which consumer namespace the konnector behind ``service_binding`` writes for."""
+        if service_binding is None:
+            return konnector.decide(None, None, self.spec.consumer_namespace)
+        consumer, why = self._konnector_consumer(service_binding)
+        verdict = konnector.decide(service_binding, consumer, self.spec.consumer_namespace)
+        return konnector.Verdict(verdict.state, verdict.message or why, verdict.fix)
+
+    def _konnector_consumer(self, service_binding: dict) -> tuple[str | None, str]:
+        """The consumer namespace the binding's kubeconfig Secret names, or None and why not.
+        The Secret's content stays in this function: it holds the binder's token."""
+        name = service_binding["metadata"]["name"]
+        ref = konnector.secret_ref(service_binding)
+        if ref is None:
+            return None, f"APIServiceBinding {name} names no kubeconfigSecretRef"
+        try:
+            secret = self.binding.app.get(SECRETS, ref.namespace, ref.name)
+        except KubeError as error:
+            if error.status != 403:
+                raise
+            return None, f"the App Cluster credentials may not read Secret {ref}"
+        if secret is None:
+            return None, f"Secret {ref} does not exist"
+        encoded = (secret.get("data") or {}).get(ref.key)
+        try:
+            consumer = konnector.context_namespace(base64.b64decode(encoded or "", validate=True))
+        except binascii.Error:
+            consumer = None
+        if consumer is None:
+            return None, f"key {ref.key!r} of Secret {ref} names no current-context namespace"
+        return consumer, ""
+
+    def _konnector_log(self, exported: set[str]) -> None:
+        """Say once per change what was found: a conflict, or that we cannot tell."""
+        for name in set(self.konnectors) - exported:
+            self.konnectors.pop(name)
+            self._konnector_logged.pop(name, None)
+        for name, verdict in self.konnectors.items():
+            said = f"{verdict.state.value}: {verdict.message}"
+            if self._konnector_logged.get(name) == said:
+                continue
+            self._konnector_logged[name] = said
+            extra = {"repository": self.name, "export": name, "reason": verdict.message}
+            if verdict.conflict:
+                log.warning("konnector conflict", extra={**extra, "fix": verdict.fix})
+            elif verdict.state is konnector.State.UNKNOWN:
+                log.info(
+                    "an APIServiceBinding exists, but the consumer namespace of its konnector "
+                    "cannot be told; syncing as usual",
+                    extra=extra,
+                )
+
+    def _refuse_foreign_konnector(
+        self, desired: DesiredState, claims: tuple[Claim, ...], problems: list[Rejection]
+    ) -> tuple[Claim, ...]:
+        """Leave out the claims of a kind a konnector serves for another consumer namespace,
+        and report each of its documents as refused with the reason and the fix."""
+        conflicts = self.conflicts
+        if not conflicts:
+            return claims
+        for claim in desired.claims:
+            verdict = conflicts.get(self._export(claim).name)
+            if verdict is not None:
+                problems.append(
+                    Rejection(
+                        file=claim.location.file,
+                        document=claim.location.document,
+                        identity=claim.identity,
+                        message=f"{claim.identity} is not synced: {verdict.message}",
+                        fix=verdict.fix,
+                    )
+                )
+        return tuple(c for c in claims if self._export(c).name not in conflicts)
 
     def _wait_established(self, name: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -425,6 +534,8 @@ class RepositorySync:
         # a rejection that cannot name its object (the file did not parse, ...) holds the file
         held_files = [r.file for r in desired.rejections if r.identity is None]
         for export in self.exports.values():
+            if export.name in self.conflicts:
+                continue  # a konnector writes this kind for another consumer: hands off
             informer = self.app_claims.get(export.name)
             for live in objects.to_prune(informer.items() if informer else [], keep):
                 meta = live["metadata"]
@@ -454,6 +565,8 @@ class RepositorySync:
         """
         held: set[Identity] = set()
         for export in self.exports.values():
+            if export.name in self.conflicts:
+                continue  # deletes nothing on the Control Plane while the conflict stands
             informer = self.app_claims.get(export.name)
             for live in informer.items() if informer else []:
                 meta = live["metadata"]
