@@ -41,6 +41,7 @@ from bind_api.consumer import (
     owner_of,
 )
 from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, CONSUMER_LABEL, GROUP
+from klutch_gitops.binder_roles import CONSUMER_ROLE, ensure_cluster_role
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource
 from reconciler.binding import REPOSITORY_BINDINGS
@@ -426,6 +427,7 @@ def bind(
             BIND_GROUPS_ANNOTATION: bind_groups(request.groups, request.default_allowed_groups)
         }
         admin.patch(NAMESPACES, None, namespace, {"metadata": {"annotations": annotations}})
+    ensure_cluster_role(admin, CONSUMER_ROLE)  # the chart ships it; a bare install has not
     _apply_all(admin, namespaced_objects(namespace, ()))
     repository = (
         repository_objects(namespace, request.repository, request.app_kubeconfig)

@@ -2,10 +2,12 @@
 
 A consumer namespace with the ServiceAccount ``klutch-binder``, a Role that lets it do in that
 namespace what Klutch's kubectl-bind does (create and watch its export requests, read its exports
-and ClusterBinding, request namespace mappings), APIServiceExports (CRD snapshots of the Control
-Plane CRDs it may use), and a kubeconfig for the ServiceAccount from the TokenRequest API. No
-Secrets: the consumer namespace holds a RepositoryBinding's App kubeconfig and Git credentials,
-which the binder kubeconfig, copied to the App Cluster, must not reach.
+and ClusterBinding, request namespace mappings), a RoleBinding of the ClusterRole
+``klutch-binder-consumer`` for what Klutch's konnector reads there (this namespace's object and
+its Secrets, as Klutch's binder may), APIServiceExports (CRD snapshots of the Control Plane CRDs
+it may use), and a kubeconfig for the ServiceAccount from the TokenRequest API.
+The consumer namespace also holds a RepositoryBinding's App kubeconfig and Git credentials: the
+tenant's own, readable with its binder kubeconfig as with Klutch's, never another tenant's.
 Everything is applied idempotently, so binding twice gives the same result.
 """
 
@@ -19,7 +21,8 @@ from typing import Any
 
 from kubernetes import client
 
-from bind_api.namespaces import API_SERVICE_EXPORTS, BINDER, GROUP, binder_role
+from bind_api.namespaces import API_SERVICE_EXPORTS, BINDER, GROUP, ROLE_BINDINGS, binder_role
+from klutch_gitops.binder_roles import CONSUMER_ROLE, ensure_cluster_role, role_binding
 from klutch_gitops.crds import version_snapshot
 from klutch_gitops.kube import NAMESPACES, Kube, Resource
 
@@ -169,6 +172,7 @@ def namespaced_objects(
     objects: list[tuple[Resource, dict[str, Any]]] = [
         (SERVICE_ACCOUNTS, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}),
         *binder_role(namespace, namespace, CONSUMER_RULES),
+        (ROLE_BINDINGS, role_binding(namespace, CONSUMER_ROLE, namespace)),
     ]
     for crd in crds:
         objects.append(
@@ -188,6 +192,7 @@ def namespaced_objects(
 def bind_consumer(
     admin: Kube, namespace: str, identity: str, crds: Iterable[Mapping[str, Any]]
 ) -> None:
+    ensure_cluster_role(admin, CONSUMER_ROLE)
     for resource, body in consumer_objects(namespace, identity, crds):
         admin.apply(resource, body, field_manager=FIELD_MANAGER, force=True)
 

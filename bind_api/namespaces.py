@@ -3,7 +3,9 @@
 A consumer asks for App namespace ``X`` with an APIServiceNamespace ``X`` in its consumer namespace
 ``C``; this privileged controller creates namespace ``C-X``, a Role over exactly the APIs exported
 to ``C`` (plus read access to what their permission claims name), binds it to the consumer's
-ServiceAccount ``klutch-binder``, and reports ``status.namespace``. A namespace that already exists
+ServiceAccount ``klutch-binder`` together with the ClusterRole ``klutch-binder-claimed-secrets``
+(update on existing Secrets: Klutch's konnector marks a claimed Secret provider-owned with an
+Update), and reports ``status.namespace``. A namespace that already exists
 without this consumer's label belongs to someone else and is never taken over.
 """
 
@@ -14,6 +16,7 @@ import hashlib
 import logging
 from collections.abc import Iterable
 
+from klutch_gitops.binder_roles import CLAIMED_SECRETS_ROLE, ensure_cluster_role, role_binding
 from klutch_gitops.informer import Informer
 from klutch_gitops.kube import NAMESPACES, Kube, KubeError, Resource
 from reconciler.workqueue import WorkQueue, run_workers
@@ -45,7 +48,11 @@ def mapped_namespace(consumer: str, app_namespace: str) -> str:
 
 
 def role_rules(exports: Iterable[dict]) -> list[dict]:
-    """Full rights on each exported resource; read-only on what its permission claims name."""
+    """Full rights on each exported resource; read-only on what its permission claims name.
+
+    The konnector's Update of a claimed Secret comes from ``klutch-binder-claimed-secrets``,
+    which the reconciler may bind without holding it (``desired_objects``).
+    """
     rules = []
     for export in sorted(exports, key=lambda e: e["metadata"]["name"]):
         spec = export.get("spec") or {}
@@ -68,7 +75,7 @@ def role_rules(exports: Iterable[dict]) -> list[dict]:
 
 
 def desired_objects(mapping: dict, exports: Iterable[dict]) -> list[tuple[Resource, dict]]:
-    """The namespace, Role and RoleBinding that one APIServiceNamespace asks for."""
+    """The namespace, Role and RoleBindings that one APIServiceNamespace asks for."""
     consumer = mapping["metadata"]["namespace"]
     app_namespace = mapping["metadata"]["name"]
     target = mapped_namespace(consumer, app_namespace)
@@ -87,6 +94,7 @@ def desired_objects(mapping: dict, exports: Iterable[dict]) -> list[tuple[Resour
             },
         ),
         *binder_role(target, consumer, role_rules(exports), labels),
+        (ROLE_BINDINGS, role_binding(target, CLAIMED_SECRETS_ROLE, consumer, labels)),
     ]
 
 
@@ -144,6 +152,7 @@ class NamespaceController:
         )
 
     def start(self) -> NamespaceController:
+        ensure_cluster_role(self.kube, CLAIMED_SECRETS_ROLE)
         self.exports.start()
         self.exports.synced.wait(30)
         self.mappings.start()

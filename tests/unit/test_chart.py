@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from bind_api.config import parse_bind_api_config
+from klutch_gitops.binder_roles import CLAIMED_SECRETS_ROLE, CONSUMER_ROLE
 from klutch_gitops.config import parse_config
 from klutch_gitops.crds import CRD_DIR, load_crds
 from klutch_gitops.kube import _token_file
@@ -27,6 +28,9 @@ CONFIG_DIR = Path("/etc/klutch-gitops/config")
 
 def objects(docs: list[dict], kind: str) -> list[dict]:
     return [doc for doc in docs if doc["kind"] == kind]
+
+
+BINDER_ROLES = (CONSUMER_ROLE, CLAIMED_SECRETS_ROLE)
 
 
 def one(docs: list[dict], kind: str, component: str) -> dict:
@@ -122,13 +126,17 @@ def test_rbac_names_every_verb_and_resource(rendered: tuple[str, list[dict]]) ->
     roles = objects(docs, "ClusterRole") + objects(docs, "Role")
     leases = 1 if name in ("replicas", "shards") else 0  # the reconcilers' Leases' Role
     sessions = 1 if name in ("replicas", "tls") else 0  # the browser flow's used sessions' Role
-    assert len(roles) == 2 + leases + sessions
+    binder = 2  # klutch-binder-consumer and klutch-binder-claimed-secrets (catalog/rbac)
+    assert len(roles) == 2 + binder + leases + sessions
     for role in roles:
         for rule in role["rules"]:
             for key in ("apiGroups", "resources", "verbs"):
                 assert rule[key], f"{role['metadata']['name']}: empty {key} in {rule}"
                 assert not any("*" in item for item in rule[key]), (role["metadata"], rule)
-            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+            assert not {"escalate", "impersonate"} & set(rule["verbs"])
+            if "bind" in rule["verbs"]:  # only the binder's ClusterRoles, by name
+                assert rule["resources"] == ["clusterroles"], rule
+                assert set(rule["resourceNames"]) <= set(BINDER_ROLES), rule
             assert "nonResourceURLs" not in rule
     bindings = objects(docs, "ClusterRoleBinding") + objects(docs, "RoleBinding")
     service_accounts = {sa["metadata"]["name"] for sa in objects(docs, "ServiceAccount")}
@@ -162,7 +170,7 @@ def test_pinned_names_match_the_code() -> None:
     pinned = {name for rule in rules for name in rule.get("resourceNames", [])}
     crds = {crd["metadata"]["name"] for crd in load_crds(cluster="control-plane")}
     policies = {policy["metadata"]["name"] for policy in load_policies()}
-    assert pinned == {BINDER, BINDER_SECRET} | crds | policies
+    assert pinned == {BINDER, BINDER_SECRET, *BINDER_ROLES} | crds | policies
 
 
 def test_only_a_platform_repository_brings_the_platform_kinds() -> None:
@@ -428,6 +436,7 @@ def test_components_can_be_left_out() -> None:
     docs = render([VALUE_SETS["default"]], set_values=["reconciler.enabled=false"])
     assert {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in docs} == {
         "bind-api",
+        "binder",
         "kubeconfig",
     }
     docs = render(set_values=["bindApi.enabled=false"])  # no issuer needed then

@@ -76,10 +76,11 @@ def test_klutchs_check_accepts_any_uid_when_the_binding_has_none() -> None:
     )
 
 
-def test_claimed_secrets_stay_read_only_for_the_binder() -> None:
-    """The konnector's makeProviderOwner Update is not granted: RBAC lets only a holder grant it,
-    and the reconciler's identity may not write a tenant's Secrets (tests/integration/
-    test_chart.py). A person who grants it by hand gets one writer (test_konnector.py)."""
+def test_the_binders_own_role_keeps_claimed_secrets_read_only() -> None:
+    """The konnector's makeProviderOwner Update comes from the ClusterRole
+    klutch-binder-claimed-secrets, bound beside this Role (tests/unit/test_binder_roles.py): RBAC
+    lets only a holder put it into a Role, and the reconciler's identity may not write a tenant's
+    Secrets (tests/integration/test_chart.py), but it may bind that one ClusterRole."""
     export = {
         "metadata": {"name": "postgresqlinstances.anynines.com"},
         "spec": {
