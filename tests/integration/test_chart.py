@@ -25,7 +25,8 @@ from bind_api.bindings import (
     unbind,
 )
 from bind_api.consumer import PROVIDER_SECRETS
-from bind_api.namespaces import API_SERVICE_NAMESPACES, ROLES
+from bind_api.namespaces import API_SERVICE_NAMESPACES, ROLE_BINDINGS, ROLES
+from klutch_gitops.binder_roles import CLAIMED_SECRETS_ROLE, CONSUMER_ROLE
 from klutch_gitops.config import Config, PlatformSpec, TokenRenewal
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource, api_client
@@ -44,6 +45,7 @@ from .test_reconciler_modes import TEMPLATES
 
 POSTGRES_API = "postgresqlinstances.anynines.com"
 KLUTCH_TEMPLATES = TEMPLATES["klutch"]
+BINDER_ROLES = (CONSUMER_ROLE, CLAIMED_SECRETS_ROLE)
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
 # The Prometheus Operator's CRD is not on the stack: the smallest one that lets a ServiceMonitor in.
 SERVICE_MONITOR_CRD = {
@@ -359,6 +361,16 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
             "the namespace mapping",
         )
         eventually(lambda: admin.get(POSTGRES, mapped, "orders"), "the claim on the Control Plane")
+        # Each identity bound its one binder ClusterRole (the bind verb): the binder reads its own
+        # Secrets and updates an existing one in its mapped namespace, as Klutch's konnector does.
+        binder = Kube(api_client(result.kubeconfig))
+        assert binder.get(SECRETS, consumer, BINDER_SECRET) is not None
+        admin.create(SECRETS, {"metadata": {"name": "orders-conn", "namespace": mapped}})
+        provided = admin.get(SECRETS, mapped, "orders-conn")
+        provided["metadata"]["annotations"] = {"klutch.anynines.com/resource-owner": "Provider"}
+        assert binder.replace(SECRETS, provided)["metadata"]["annotations"]
+        for namespace, name in ((consumer, CONSUMER_ROLE), (mapped, CLAIMED_SECRETS_ROLE)):
+            assert admin.get(ROLE_BINDINGS, namespace, name)["roleRef"]["name"] == name
         eventually(lambda: binder_token(admin, consumer) != issued, "the renewed binder token")
         ready = eventually(
             lambda: [
@@ -404,6 +416,8 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
             )
         )
         assert forbidden(lambda: as_reconciler.apply(ROLES, role(mapped, "other")))
+        claimed = admin.get(SECRETS, mapped, "orders-conn")
+        assert forbidden(lambda: as_reconciler.replace(SECRETS, claimed))
 
         # The bind API unbinds; the reconciler's controller deletes the mapped namespace.
         unbind(as_bind_api, consumer)
@@ -413,8 +427,8 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
         if reconciler is not None:
             reconciler.stop()
         app.delete(NAMESPACES, None, team)
-        for doc in rbac:
-            if doc["kind"].startswith("Cluster"):
+        for doc in rbac:  # the binder's ClusterRoles have fixed names, shared with other tests
+            if doc["kind"].startswith("Cluster") and doc["metadata"]["name"] not in BINDER_ROLES:
                 kind = Resource(
                     "rbac.authorization.k8s.io",
                     "v1",
