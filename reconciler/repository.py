@@ -58,6 +58,9 @@ APPLY_CONCURRENCY = 8  # writes in flight per pass; the client's connection pool
 KONNECTOR_RECHECK_SECONDS = 30.0
 
 
+SERVICE_BINDINGS_CRD = f"{SERVICE_BINDINGS.plural}.{SERVICE_BINDINGS.group}"
+
+
 def resource_of(export: Export, version: str | None = None) -> Resource:
     return Resource(
         export.group, version or next(iter(export.schemas), "v1"), export.plural, export.kind
@@ -231,7 +234,12 @@ class RepositorySync:
                     name=f"{self.name}-app-{export.plural}",
                 ).start()
         self._konnector_log({Export.of(raw).name for raw in raw_exports})
-        if raw_exports and self.service_bindings is None and not self._service_bindings_forbidden:
+        if (
+            raw_exports
+            and self.service_bindings is None
+            and not self._service_bindings_forbidden
+            and self.binding.app.get(CRDS, None, SERVICE_BINDINGS_CRD) is not None
+        ):  # without Klutch's CRD there is nothing to watch, and a watch would only fail
             self.service_bindings = Informer(
                 self.binding.app,
                 SERVICE_BINDINGS,
