@@ -319,6 +319,7 @@ class Reconciler:
         old = self.syncs.pop(name, None)
         if old is not None:
             old.stop()
+        self.konnector_warnings.pop(name, None)  # a new start tells a standing conflict again
         if spec is None or spec.suspend or not self._owned(name):
             self.poller.unwatch(name)
             self.watcher.unwatch(name)
