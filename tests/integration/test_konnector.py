@@ -19,15 +19,24 @@ kubeconfig for the Control Plane, an App Cluster admin for the consumer side):
   Provider`` with an Update of the upstream object (``makeProviderOwner``, the Update call in
   claimedresources_controller.go) and a downstream copy created when missing
   (``candidateFromOwnerObj``) or replaced whenever it differs.
+- what runs before any of that, with the same binder kubeconfig: the provider-side informers
+  over the consumer namespace (Secrets and ClusterBindings: cluster_controller.go), the
+  ClusterBinding's kubeconfig Secret followed and copied to the App Cluster
+  (clusterbinding/clusterbinding_reconcile.go ``ensureConsumerSecret``), and a get of the
+  consumer namespace for its UID (serviceexport/serviceexport_reconcile.go ``ensureControllers``).
 
-Our mapped-namespace Role refuses that Update (the test asserts it); the test then grants it by
-hand, as issue 13's user did, to show that the konnector's App copy and the reconciler's do not
-fight: the reconciler leaves a Secret with the konnector's mark to the konnector.
+Our RBAC alone lets all of it run (the binder's Roles and the ClusterRoles of catalog/rbac): no
+permission is granted by hand. With the App Cluster's APIServiceBinding in place, our App CRD
+carries its controller owner reference, which Klutch's ``IsOwnedByBinding``
+(bind/pkg/apis/bind/v1alpha1/helpers/crd.go) accepts on the running cluster. The konnector's
+status patches (ClusterBinding heartbeat, APIServiceExport conditions) are not applied here.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
+import dataclasses
 import time
 import uuid
 from collections.abc import Iterator
@@ -37,8 +46,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from bind_api.namespaces import API_SERVICE_NAMESPACES, BINDER, ROLE_BINDINGS, ROLES
-from klutch_gitops.kube import SECRETS, Kube, KubeError, Resource, api_client
+from bind_api.bindings import BINDER_SECRET, CLUSTER_BINDINGS, cluster_binding, secret
+from bind_api.namespaces import API_SERVICE_NAMESPACES
+from klutch_gitops.bind_client import SERVICE_BINDINGS
+from klutch_gitops.crds import install_crds, load_crds
+from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource, api_client
+from reconciler.manager import Reconciler
+from reconciler.objects import owned_by_binding
 
 from .gitops import POSTGRES, Tenant, claim, eventually, make_tenant, ready_status
 
@@ -46,6 +60,10 @@ BOUND = "klutch.anynines.com/bound"
 DOWNSTREAM_FINALIZER = "klutch.anynines.com/syncer"
 RESOURCE_OWNER = "klutch.anynines.com/resource-owner"
 APPLY_MANAGER = "klutch.anynines.com"
+API = "postgresqlinstances.anynines.com"
+KLUTCH_BIND = "klutch-bind"  # where kubectl-bind keeps the konnector's kubeconfig Secret
+POLL_SECONDS = 5.0  # the reconciler polls often, so a fight would show within the hold
+HOLD_SECONDS = 120  # "a few minutes" of both tools running (issue 13)
 
 
 class Konnector:
@@ -53,6 +71,44 @@ class Konnector:
 
     def __init__(self, app: Kube, provider: Kube, consumer: str) -> None:
         self.app, self.provider, self.consumer = app, provider, consumer
+
+    def start_informers(self) -> str:
+        """cluster_controller.go: informers over the consumer namespace (``WithNamespace
+        (providerNamespace)``) for Secrets and ClusterBindings, each a list and a watch; then
+        serviceexport_reconcile.go ``ensureControllers`` gets that namespace: returns its UID."""
+        for resource in (SECRETS, CLUSTER_BINDINGS, API_SERVICE_NAMESPACES):
+            _, version = self.provider.list(resource, self.consumer)
+            for _event in self.provider.watch(resource, self.consumer, version, timeout_seconds=1):
+                pass
+        return self.provider.get(NAMESPACES, None, self.consumer)["metadata"]["uid"]
+
+    def ensure_consumer_secret(self, namespace: str, name: str) -> None:
+        """clusterbinding_reconcile.go ``ensureConsumerSecret``: the ClusterBinding ``cluster``
+        names the kubeconfig Secret, read from the provider Secret informer's cache (a list of
+        the consumer namespace) and copied to the App Cluster Secret the APIServiceBinding
+        names (created, or its data and type updated)."""
+        bindings = self.provider.list(CLUSTER_BINDINGS, self.consumer)[0]
+        (binding,) = [b for b in bindings if b["metadata"]["name"] == "cluster"]
+        ref = binding["spec"]["kubeconfigSecretRef"]
+        cached = {s["metadata"]["name"]: s for s in self.provider.list(SECRETS, self.consumer)[0]}
+        provided = cached[ref["name"]]
+        assert ref["key"] in provided["data"]
+        consumer = self.app.get(SECRETS, namespace, name)
+        if consumer is None:
+            self.app.create(
+                SECRETS,
+                {
+                    "metadata": {"name": name, "namespace": namespace},
+                    "data": provided["data"],
+                    "type": provided.get("type", "Opaque"),
+                },
+            )
+        elif (consumer.get("data"), consumer.get("type")) != (
+            provided["data"],
+            provided.get("type"),
+        ):
+            consumer["data"], consumer["type"] = provided["data"], provided.get("type")
+            self.app.replace(SECRETS, consumer)
 
     def target(self, namespace: str) -> str | None:
         """spec_reconcile.go: the APIServiceNamespace, created when missing; None until mapped."""
@@ -199,39 +255,32 @@ def candidate_from_owner(namespace: str, obj: dict) -> dict:
     return candidate
 
 
-def grant_update_by_hand(admin: Kube, namespace: str, consumer: str) -> None:
-    """What Klutch's binder Role has and ours has not: update on the Secrets of a namespace."""
-    meta = {"name": "konnector-claimed-secrets", "namespace": namespace}
-    admin.create(
-        ROLES,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta,
-            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["update"]}],
-        },
-    )
-    admin.create(
-        ROLE_BINDINGS,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta,
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": meta["name"],
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": BINDER, "namespace": consumer}],
-        },
-    )
+@pytest.fixture
+def tenant(stack, clusters, tmp_path: Path) -> Iterator[Tenant]:
+    """A bound consumer whose reconciler polls every few seconds, and the App Cluster's
+    APIServiceBinding CRD (cluster-scoped, as Klutch's), so the reconciler watches bindings."""
+    install_crds(clusters["app"], load_crds(cluster="app"))
+    world = make_tenant(stack, clusters, tmp_path, start=False)
+    world.config = dataclasses.replace(world.config, poll_interval=POLL_SECONDS)
+    world.reconciler = Reconciler(world.config).start()
+    yield world
+    world.reconciler.stop()
 
 
 @pytest.fixture
-def tenant(stack, clusters, tmp_path: Path) -> Iterator[Tenant]:
-    world = make_tenant(stack, clusters, tmp_path)
-    yield world
-    world.reconciler.stop()
+def app_binding(tenant: Tenant) -> Iterator[str]:
+    """kubectl-bind's App Cluster side: the Secret the konnector's kubeconfig goes to (its name)
+    and the cluster-scoped APIServiceBinding named after the export; deleted with
+    ``--cascade=orphan`` afterwards, so the CRD it owns and every claim of the kind stay."""
+    if tenant.app.get(NAMESPACES, None, KLUTCH_BIND) is None:
+        tenant.app.create(NAMESPACES, {"metadata": {"name": KLUTCH_BIND}})
+    if tenant.app.get(SERVICE_BINDINGS, None, API) is not None:
+        pytest.fail(f"APIServiceBinding {API} is left over from another test")
+    name = f"kubeconfig-{uuid.uuid4().hex[:6]}"
+    yield name
+    tenant.app.delete(SERVICE_BINDINGS, None, API, propagation="Orphan")
+    eventually(lambda: tenant.app.get(SERVICE_BINDINGS, None, API) is None, "the binding gone")
+    tenant.app.delete(SECRETS, KLUTCH_BIND, name)
 
 
 def provide(tenant: Tenant, namespace: str, name: str) -> None:
@@ -261,16 +310,57 @@ def provide(tenant: Tenant, namespace: str, name: str) -> None:
     )
 
 
-def test_the_konnectors_rules_beside_the_reconciler_keep_one_control_plane_claim_per_app_claim(
-    tenant: Tenant, clusters: dict[str, client.ApiClient], tmp_path: Path
+def test_the_konnector_runs_beside_the_reconciler_on_our_rbac_alone(
+    tenant: Tenant, app_binding: str, clusters: dict[str, client.ApiClient], tmp_path: Path
 ) -> None:
+    admin = tenant.control_plane
+    binder_kubeconfig = (tmp_path / "binder.kubeconfig").read_text()
     binder = Kube(api_client(tmp_path / "binder.kubeconfig"))
     konnector = Konnector(tenant.app, binder, tenant.consumer)
+
+    # What the bind API adds to the consumer namespace (bind_api/bindings.py): the ClusterBinding
+    # and the binder kubeconfig Secret it names.
+    admin.apply(
+        SECRETS,
+        secret(tenant.consumer, BINDER_SECRET, {"kubeconfig": binder_kubeconfig}),
+        field_manager="klutch-gitops-bind",
+        force=True,
+    )
+    admin.apply(
+        CLUSTER_BINDINGS,
+        cluster_binding(tenant.consumer),
+        field_manager="klutch-gitops-bind",
+        force=True,
+    )
+
+    # Before any sync, with the binder kubeconfig: its informers, the namespace UID, and the
+    # kubeconfig Secret followed to the App Cluster, where kubectl-bind's APIServiceBinding
+    # names it. No permission is granted by hand anywhere in this test.
+    uid = konnector.start_informers()
+    assert uid == admin.get(NAMESPACES, None, tenant.consumer)["metadata"]["uid"]
+    konnector.ensure_consumer_secret(KLUTCH_BIND, app_binding)
+    copied = tenant.app.get(SECRETS, KLUTCH_BIND, app_binding)
+    assert base64.b64decode(copied["data"]["kubeconfig"]).decode() == binder_kubeconfig
+    tenant.app.create(
+        SERVICE_BINDINGS,
+        {
+            "apiVersion": SERVICE_BINDINGS.api_version,
+            "kind": SERVICE_BINDINGS.kind,
+            "metadata": {"name": API},
+            "spec": {
+                "kubeconfigSecretRef": {
+                    "namespace": KLUTCH_BIND,
+                    "name": app_binding,
+                    "key": "kubeconfig",
+                }
+            },
+        },
+    )
 
     # A namespace managed from Git, and one managed with kubectl (the konnector's alone).
     tenant.push({"claims/orders.yaml": claim("orders", tenant.namespace)})
     eventually(
-        lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "orders"),
+        lambda: admin.get(POSTGRES, tenant.mapped, "orders"),
         "the reconciler's copy (and the App CRD it serves)",
     )
     manual = f"kubectl-{uuid.uuid4().hex[:6]}"
@@ -291,7 +381,26 @@ def test_the_konnectors_rules_beside_the_reconciler_keep_one_control_plane_claim
         },
     )
 
+    # The App CRD carries the controller owner reference to the APIServiceBinding, and Klutch's
+    # IsOwnedByBinding (reconciler/objects.py replicates it) accepts it on the running cluster.
+    binding = tenant.app.get(SERVICE_BINDINGS, None, API)
+    crd = eventually(
+        lambda: (
+            (found := tenant.app.get(CRDS, None, API))
+            and owned_by_binding(found, binding)
+            and found
+        ),
+        "the App CRD's owner reference to the APIServiceBinding",
+    )
+    (owner,) = [r for r in crd["metadata"]["ownerReferences"] if r["kind"] == "APIServiceBinding"]
+    assert (owner["name"], owner["uid"], owner["controller"]) == (
+        API,
+        binding["metadata"]["uid"],
+        True,
+    )
+
     def konnector_pass() -> None:
+        konnector.ensure_consumer_secret(KLUTCH_BIND, app_binding)
         for namespace in (tenant.namespace, manual):
             for obj in tenant.app.list(POSTGRES, namespace)[0]:
                 konnector.sync_spec(POSTGRES, obj)
@@ -305,24 +414,14 @@ def test_the_konnectors_rules_beside_the_reconciler_keep_one_control_plane_claim
     shop_target = eventually(manual_mapped, "the kubectl namespace's mapping", timeout=60)
     assert konnector.target(tenant.namespace) == tenant.mapped  # the same mapping as ours
     eventually(
-        lambda: konnector_pass() or tenant.control_plane.get(POSTGRES, shop_target, "shop"),
+        lambda: konnector_pass() or admin.get(POSTGRES, shop_target, "shop"),
         "the konnector's copy of the kubectl-managed claim",
     )
     provide(tenant, tenant.mapped, "orders")
     provide(tenant, shop_target, "shop")
 
-    # Our mapped-namespace Role keeps claimed Secrets read-only: the konnector's Update is refused
-    # (it then retries with back-off and writes no App copy). Issue 13's user granted it by hand;
-    # so does this test, to prove that the konnector's copy and the reconciler's do not fight.
-    provided = tenant.control_plane.get(SECRETS, tenant.mapped, "orders-conn")
-    with pytest.raises(KubeError) as refused:
-        binder.replace(SECRETS, provided)
-    assert refused.value.status == 403
-    for mapped in (tenant.mapped, shop_target):
-        grant_update_by_hand(tenant.control_plane, mapped, tenant.consumer)
-
     def settled() -> bool:
-        konnector_pass()
+        konnector_pass()  # its makeProviderOwner Update runs with the binder kubeconfig
         orders = tenant.app.get(POSTGRES, tenant.namespace, "orders") or {}
         shop = tenant.app.get(POSTGRES, manual, "shop") or {}
         return bool(
@@ -333,20 +432,27 @@ def test_the_konnectors_rules_beside_the_reconciler_keep_one_control_plane_claim
         )
 
     eventually(settled, "status and credentials in both namespaces", timeout=60)
+    for namespace, name in ((tenant.mapped, "orders-conn"), (shop_target, "shop-conn")):
+        marked = admin.get(SECRETS, namespace, name)
+        assert marked["metadata"]["annotations"][RESOURCE_OWNER] == "Provider"
 
-    # Both tools running side by side for a while: no status or Secret fight.
+    # Both tools running side by side for minutes: no status, claim or Secret fight.
+    watched = [
+        (cluster, kube, resource, namespace, f"{name}{suffix}")
+        for cluster, kube, pairs in (
+            ("app", tenant.app, ((tenant.namespace, "orders"), (manual, "shop"))),
+            ("control-plane", admin, ((tenant.mapped, "orders"), (shop_target, "shop"))),
+        )
+        for namespace, name in pairs
+        for resource, suffix in ((POSTGRES, ""), (SECRETS, "-conn"))
+    ]
+
     def versions() -> dict[str, str]:
         return {
-            "orders": tenant.app.get(POSTGRES, tenant.namespace, "orders")["metadata"][
-                "resourceVersion"
-            ],
-            "shop": tenant.app.get(POSTGRES, manual, "shop")["metadata"]["resourceVersion"],
-            "orders-conn": tenant.app.get(SECRETS, tenant.namespace, "orders-conn")["metadata"][
-                "resourceVersion"
-            ],
-            "shop-conn": tenant.app.get(SECRETS, manual, "shop-conn")["metadata"][
-                "resourceVersion"
-            ],
+            f"{cluster}:{resource.plural}/{namespace}/{name}": kube.get(resource, namespace, name)[
+                "metadata"
+            ]["resourceVersion"]
+            for cluster, kube, resource, namespace, name in watched
         }
 
     def quiet() -> bool:  # converged: nothing moved over two seconds of both tools running
@@ -358,31 +464,31 @@ def test_the_konnectors_rules_beside_the_reconciler_keep_one_control_plane_claim
 
     eventually(quiet, "both tools to converge", timeout=30)
     before = versions()
-    for _ in range(40):  # twenty seconds more: a fight would move a resourceVersion
+    deadline = time.monotonic() + HOLD_SECONDS
+    while time.monotonic() < deadline:  # a fight would move a resourceVersion
         konnector_pass()
         time.sleep(0.5)
-    assert versions() == before
+    assert versions() == before  # over HOLD_SECONDS / POLL_SECONDS = 24 polls of the reconciler
 
-    # Credentials reached both namespaces, from the konnector, the one writer that is left.
+    # Credentials reached both namespaces, from the konnector, the one writer of the App copy.
     for namespace, name in ((tenant.namespace, "orders-conn"), (manual, "shop-conn")):
-        secret = tenant.app.get(SECRETS, namespace, name)
-        assert secret["data"] == {"password": "c2VjcmV0"}
-        assert secret["metadata"]["annotations"][RESOURCE_OWNER] == "Provider"
-    # Even with update granted by hand, the binder creates and deletes no Secret there.
+        secret_ = tenant.app.get(SECRETS, namespace, name)
+        assert secret_["data"] == {"password": "c2VjcmV0"}
+        assert secret_["metadata"]["annotations"][RESOURCE_OWNER] == "Provider"
+    # The binder creates and deletes no Secret there, and updates nothing of another tenant's.
     for call in (
         lambda: binder.create(
             SECRETS, {"metadata": {"name": "planted", "namespace": tenant.mapped}, "data": {}}
         ),
         lambda: binder.delete(SECRETS, tenant.mapped, "orders-conn"),
+        lambda: binder.create(
+            SECRETS, {"metadata": {"name": "planted", "namespace": tenant.consumer}, "data": {}}
+        ),
     ):
         with pytest.raises(KubeError) as refused:
             call()
         assert refused.value.status == 403
 
     # One App claim is one Control Plane claim, in each namespace.
-    assert [
-        o["metadata"]["name"] for o in tenant.control_plane.list(POSTGRES, tenant.mapped)[0]
-    ] == ["orders"]
-    assert [o["metadata"]["name"] for o in tenant.control_plane.list(POSTGRES, shop_target)[0]] == [
-        "shop"
-    ]
+    assert [o["metadata"]["name"] for o in admin.list(POSTGRES, tenant.mapped)[0]] == ["orders"]
+    assert [o["metadata"]["name"] for o in admin.list(POSTGRES, shop_target)[0]] == ["shop"]
