@@ -376,3 +376,31 @@ def owns_crd(crd: Mapping[str, Any] | None, binding: Mapping[str, Any] | None = 
     if labels.get("app.kubernetes.io/managed-by") == "klutch-gitops":
         return True
     return binding is not None and owned_by_binding(crd, binding)
+
+
+# Field managers whose App fields a claim written into Git takes over, as Flux's
+# kustomize-controller does (fluxcd/kustomize-controller internal/controller/
+# kustomization_controller.go: "kubectl" by Apply and by Update, "before-first-apply" by Update,
+# matched by prefix on the object itself, not its subresources: fluxcd/pkg ssa
+# PatchRemoveFieldsManagers). A claim made with kubectl (and mirrored by Klutch's konnector) then
+# moves to Git without a field conflict; other tools (Argo CD, Flux) keep theirs and the conflict.
+TAKEOVER_MANAGERS = (("kubectl", "Apply"), ("kubectl", "Update"), ("before-first-apply", "Update"))
+
+
+def without_kubectl_managers(managed_fields: Iterable[Mapping[str, Any]]) -> list[dict] | None:
+    """The object's managedFields without kubectl's entries, or None when it has none.
+
+    An empty remainder is one empty entry: the apiserver ignores an empty list."""
+    entries = [dict(e) for e in managed_fields]
+    kept = [
+        e
+        for e in entries
+        if e.get("subresource")
+        or not any(
+            str(e.get("manager", "")).startswith(name) and e.get("operation") == operation
+            for name, operation in TAKEOVER_MANAGERS
+        )
+    ]
+    if len(kept) == len(entries):
+        return None
+    return kept or [{}]

@@ -503,7 +503,7 @@ class RepositorySync:
     ) -> list[Rejection]:
         if app_body is not None:
             try:
-                self.binding.app.apply(resource, app_body)
+                self._apply_app(resource, app_body)
             except KubeError as error:
                 ident = claim.identity
                 informer = self.app_claims.get(f"{resource.plural}.{resource.group}")
@@ -518,6 +518,31 @@ class RepositorySync:
                 return [self._problem(claim, error, "Control Plane")]
             failpoint("controlplane.after-apply")
         return []
+
+    def _apply_app(self, resource: Resource, body: dict) -> None:
+        """Server-side apply of an App claim. On a field conflict, once, the fields kubectl set
+        are taken over as Flux does (``objects.without_kubectl_managers``) and the apply is
+        repeated: a claim made with kubectl moves into Git. Another tool's fields stay a conflict.
+        """
+        app = self.binding.app
+        try:
+            app.apply(resource, body)
+        except KubeError as error:
+            if not error.conflict or self.external:
+                raise
+            meta = body["metadata"]
+            live = app.get(resource, meta["namespace"], meta["name"]) or {"metadata": {}}
+            kept = objects.without_kubectl_managers(live["metadata"].get("managedFields") or [])
+            if kept is None:
+                raise
+            version = live["metadata"]["resourceVersion"]  # a concurrent writer makes it a 409
+            app.patch(
+                resource,
+                meta["namespace"],
+                meta["name"],
+                {"metadata": {"managedFields": kept, "resourceVersion": version}},
+            )
+            app.apply(resource, body)
 
     def _problem(self, claim: Claim, error: KubeError, where: str) -> Rejection:
         fix = {

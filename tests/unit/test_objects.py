@@ -238,3 +238,19 @@ def test_status_generations_are_counted_in_app_generations() -> None:
     # equal after translation: nothing to write
     assert objects.status_object({**live, "status": patch["status"]}, upstream) is None
     assert upstream["status"]["observedGeneration"] == 1  # the cache is never changed
+
+
+def test_kubectls_fields_are_taken_over_and_other_tools_keep_theirs() -> None:
+    """Flux's cleanup list (kustomization_controller.go): kubectl by prefix, Apply and Update,
+    and before-first-apply; subresources and other managers stay."""
+    entries = [
+        {"manager": "kubectl-client-side-apply", "operation": "Update", "fieldsV1": {"f:spec": {}}},
+        {"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}},
+        {"manager": "kubectl-edit", "operation": "Update", "subresource": "status"},
+        {"manager": "before-first-apply", "operation": "Update"},
+        {"manager": "argocd-controller", "operation": "Apply"},
+        {"manager": "klutch-gitops", "operation": "Apply"},
+    ]
+    assert objects.without_kubectl_managers(entries) == [entries[2], entries[4], entries[5]]
+    assert objects.without_kubectl_managers(entries[4:]) is None
+    assert objects.without_kubectl_managers(entries[:1]) == [{}]  # [] would be ignored
