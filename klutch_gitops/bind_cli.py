@@ -670,7 +670,9 @@ def _remove(kube: Kube, consumer: str) -> list[str]:
         items = []
     removed = []
     for name in bind_client.bindings_of(consumer, items):
-        if kube.delete(bind_client.SERVICE_BINDINGS, None, name):
+        # Orphan: the App CRD may be owned by the binding (the konnector's ownership model), and
+        # its deletion would take every App claim of that kind with it.
+        if kube.delete(bind_client.SERVICE_BINDINGS, None, name, propagation="Orphan"):
             removed.append(f"APIServiceBinding/{name}")
     secret = bind_client.secret_name(consumer)
     if kube.delete(SECRETS, namespace, secret):

@@ -17,6 +17,7 @@ from bind_api.consumer import PROVIDER_SECRETS
 from bind_api.namespaces import API_SERVICE_NAMESPACES, mapped_namespace
 from bind_api.server import build_server
 from klutch_gitops.bind_client import SERVICE_BINDINGS
+from klutch_gitops.binder_roles import CLUSTER_ROLES
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
@@ -107,10 +108,43 @@ def test_bind_status_unbind(
         for b in yaml.safe_load(listed.stdout)["bindings"]
     )
 
+    # What the binding may own: the App CRD the reconciler or the konnector made for it. A
+    # stand-in dependent (a ClusterRole) shows that unbind orphans it instead of deleting it.
+    dependent = app.create(
+        CLUSTER_ROLES,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {
+                "name": f"owned-by-{cluster_id}",
+                "ownerReferences": [
+                    {
+                        "apiVersion": SERVICE_BINDINGS.api_version,
+                        "kind": SERVICE_BINDINGS.kind,
+                        "name": API,
+                        "uid": binding["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "rules": [],
+        },
+    )
     gone = cli(
         tmp_path, "unbind", bind_url, consumer, "--token", id_token, "--kubeconfig", kubeconfig
     )
     assert gone.returncode == 0, gone.stderr
+    name = dependent["metadata"]["name"]
+    eventually(
+        lambda: (
+            not (app.get(CLUSTER_ROLES, None, name) or {"metadata": {"x": 1}})["metadata"].get(
+                "ownerReferences"
+            )
+        ),
+        "the garbage collector to orphan the binding's dependent",
+    )
+    assert app.get(CLUSTER_ROLES, None, name) is not None
+    app.delete(CLUSTER_ROLES, None, name)
     assert f"APIServiceBinding/{API}" in gone.stdout
     assert "APIServiceBinding/klutch-bind/" not in gone.stdout
     assert app.get(SERVICE_BINDINGS, None, API) is None

@@ -341,7 +341,9 @@ def app(clusters) -> Iterator[Kube]:
     yield app
     kinds = {r.plural: r for r in (API_SERVICE_BINDINGS, SECRETS)}
     for plural, name in present() - before:
-        app.delete(kinds[plural], KLUTCH_BIND, name)  # a binding's namespace is ignored
+        # a binding's namespace is ignored; Orphan keeps an App CRD a reconciler may have given
+        # it as owner (deleting it would delete every App claim of that kind)
+        app.delete(kinds[plural], KLUTCH_BIND, name, propagation="Orphan")
 
 
 def test_kubectl_bind_binds_two_apis_one_after_the_other(
