@@ -325,7 +325,10 @@ def crd_from_export(
         "labels": {"app.kubernetes.io/managed-by": "klutch-gitops"},
         "annotations": {BOUND_ANNOTATION: "true"},
     }
-    if binding is not None:
+    if binding is not None and not binding["metadata"].get("deletionTimestamp"):
+        # never to a binding being deleted: `kubectl delete apiservicebinding --cascade=orphan`
+        # has the garbage collector drop the reference, and putting it back would have the CRD,
+        # and every claim of its kind, collected once the binding is gone
         metadata["ownerReferences"] = [binding_owner_reference(binding)]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

@@ -57,6 +57,17 @@ def test_without_a_binding_the_crd_has_no_owner_reference() -> None:
     assert "ownerReferences" not in objects.crd_from_export(EXPORT)["metadata"]
 
 
+def test_a_binding_being_deleted_gets_no_owner_reference() -> None:
+    """``kubectl delete apiservicebinding --cascade=orphan``: the garbage collector drops the
+    reference first; put back, it would have the CRD and every claim collected once the binding
+    is gone (seen in tests/integration/test_konnector.py's teardown)."""
+    deleting = {
+        **BINDING,
+        "metadata": {**BINDING["metadata"], "deletionTimestamp": "2026-11-24T17:00:00Z"},
+    }
+    assert "ownerReferences" not in objects.crd_from_export(EXPORT, deleting)["metadata"]
+
+
 def test_the_reconciler_accepts_a_crd_the_konnector_created_for_the_same_binding() -> None:
     assert objects.owns_crd(konnector_crd(), BINDING)
 
