@@ -138,6 +138,15 @@ CONSUMER_RULES = [
         "resources": ["apiserviceexports", "clusterbindings"],
         "verbs": ["get", "list", "watch"],
     },
+    # Klutch's konnector commits its heartbeat to the ClusterBinding's status and the CRD's
+    # conditions to each export's status, each a merge patch of the status subresource
+    # (klutchio bind/pkg/konnector/controllers/cluster/clusterbinding/clusterbinding_controller.go
+    # and serviceexport/serviceexport_reconcile.go); nothing of ours reads either status.
+    {
+        "apiGroups": [GROUP],
+        "resources": ["apiserviceexports/status", "clusterbindings/status"],
+        "verbs": ["patch"],
+    },
     {
         "apiGroups": [GROUP],
         "resources": ["apiservicenamespaces"],

@@ -19,6 +19,7 @@ kubeconfig for the Control Plane, an App Cluster admin for the consumer side):
   Provider`` with an Update of the upstream object (``makeProviderOwner``, the Update call in
   claimedresources_controller.go) and a downstream copy created when missing
   (``candidateFromOwnerObj``) or replaced whenever it differs.
+- status commits: merge patches of the ClusterBinding's and the exports' status subresources.
 - what runs before any of that, with the same binder kubeconfig: the provider-side informers
   over the consumer namespace (Secrets and ClusterBindings: cluster_controller.go), the
   ClusterBinding's kubeconfig Secret followed and copied to the App Cluster
@@ -28,8 +29,7 @@ kubeconfig for the Control Plane, an App Cluster admin for the consumer side):
 Our RBAC alone lets all of it run (the binder's Roles and the ClusterRoles of catalog/rbac): no
 permission is granted by hand. With the App Cluster's APIServiceBinding in place, our App CRD
 carries its controller owner reference, which Klutch's ``IsOwnedByBinding``
-(bind/pkg/apis/bind/v1alpha1/helpers/crd.go) accepts on the running cluster. The konnector's
-status patches (ClusterBinding heartbeat, APIServiceExport conditions) are not applied here.
+(bind/pkg/apis/bind/v1alpha1/helpers/crd.go) accepts on the running cluster.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import pytest
 from kubernetes import client
 
 from bind_api.bindings import BINDER_SECRET, CLUSTER_BINDINGS, cluster_binding, secret
-from bind_api.namespaces import API_SERVICE_NAMESPACES
+from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES
 from klutch_gitops.bind_client import SERVICE_BINDINGS
 from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource, api_client
@@ -81,6 +81,30 @@ class Konnector:
             for _event in self.provider.watch(resource, self.consumer, version, timeout_seconds=1):
                 pass
         return self.provider.get(NAMESPACES, None, self.consumer)["metadata"]["uid"]
+
+    def commit_status(self) -> None:
+        """The committer's merge patches of status subresources: the ClusterBinding's heartbeat
+        (clusterbinding_reconcile.go ``ensureHeartbeat``, ``ensureKonnectorVersion``) and the
+        CRD's accepted names copied onto the export (serviceexport_reconcile.go
+        ``ensureCRDConditionsCopied``)."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.provider.patch(
+            CLUSTER_BINDINGS,
+            self.consumer,
+            "cluster",
+            {"status": {"heartbeatInterval": "5m0s", "lastHeartbeatTime": now}},
+            subresource="status",
+        )
+        for export in self.provider.list(API_SERVICE_EXPORTS, self.consumer)[0]:
+            crd = self.app.get(CRDS, None, export["metadata"]["name"])
+            if crd is not None:
+                self.provider.patch(
+                    API_SERVICE_EXPORTS,
+                    self.consumer,
+                    export["metadata"]["name"],
+                    {"status": {"acceptedNames": crd["status"]["acceptedNames"]}},
+                    subresource="status",
+                )
 
     def ensure_consumer_secret(self, namespace: str, name: str) -> None:
         """clusterbinding_reconcile.go ``ensureConsumerSecret``: the ClusterBinding ``cluster``
@@ -278,9 +302,17 @@ def app_binding(tenant: Tenant) -> Iterator[str]:
         pytest.fail(f"APIServiceBinding {API} is left over from another test")
     name = f"kubeconfig-{uuid.uuid4().hex[:6]}"
     yield name
+    # With the reconciler still running, as in the README's hand-over: the CRD must lose the
+    # owner reference and stay (put back, the garbage collector would take the CRD and every
+    # claim of its kind once the binding is gone).
     tenant.app.delete(SERVICE_BINDINGS, None, API, propagation="Orphan")
     eventually(lambda: tenant.app.get(SERVICE_BINDINGS, None, API) is None, "the binding gone")
     tenant.app.delete(SECRETS, KLUTCH_BIND, name)
+    time.sleep(5)  # the garbage collector's turn, and a pass of the reconciler
+    crd = tenant.app.get(CRDS, None, API)
+    assert crd is not None, f"CRD {API} was collected with its APIServiceBinding"
+    assert not crd["metadata"].get("deletionTimestamp"), f"CRD {API} is being collected"
+    assert not crd["metadata"].get("ownerReferences"), crd["metadata"]["ownerReferences"]
 
 
 def provide(tenant: Tenant, namespace: str, name: str) -> None:
@@ -432,6 +464,9 @@ def test_the_konnector_runs_beside_the_reconciler_on_our_rbac_alone(
         )
 
     eventually(settled, "status and credentials in both namespaces", timeout=60)
+    konnector.commit_status()  # once: a heartbeat every few minutes, not in the hold below
+    heartbeat = admin.get(CLUSTER_BINDINGS, tenant.consumer, "cluster")["status"]
+    assert heartbeat["heartbeatInterval"] == "5m0s"
     for namespace, name in ((tenant.mapped, "orders-conn"), (shop_target, "shop-conn")):
         marked = admin.get(SECRETS, namespace, name)
         assert marked["metadata"]["annotations"][RESOURCE_OWNER] == "Provider"

@@ -23,6 +23,7 @@ from kubernetes import client
 
 from bind_api.bindings import (
     BINDER_SECRET,
+    CLUSTER_BINDINGS,
     EXPORT_REQUESTS,
     FAILED,
     BindingRequest,
@@ -135,6 +136,12 @@ def test_a_binder_kubeconfig_creates_requests_only_for_its_own_allowed_apis(admi
         assert forbidden(lambda: as_a.list(SECRETS, other))
         assert forbidden(lambda: as_a.get(NAMESPACES, None, other))
         assert forbidden(lambda: as_a.list(NAMESPACES))
+        beat = {"status": {"lastHeartbeatTime": "2026-11-24T10:00:00Z"}}
+        assert forbidden(
+            lambda: as_a.patch(CLUSTER_BINDINGS, other, "cluster", beat, subresource="status")
+        )
+        assert as_a.patch(CLUSTER_BINDINGS, own, "cluster", beat, subresource="status")  # its own
+        assert forbidden(lambda: as_a.patch(CLUSTER_BINDINGS, own, "cluster", {"spec": {}}))
         theirs = admin.get(SECRETS, other_mapped, "db-conn")
         assert forbidden(lambda: as_a.get(SECRETS, other_mapped, "db-conn"))
         assert forbidden(lambda: as_a.replace(SECRETS, theirs))
