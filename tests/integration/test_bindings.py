@@ -178,8 +178,12 @@ def test_a_binder_cannot_reach_other_tenants_namespaces_or_secrets(
     assert forbidden(lambda: as_a.get(API_SERVICE_EXPORTS, other, POSTGRES_API))
     assert forbidden(lambda: as_a.create(API_SERVICE_NAMESPACES, mapping))
     assert forbidden(lambda: as_a.create(NAMESPACES, {"metadata": {"name": f"{own}-x"}}))
-    assert forbidden(lambda: as_a.get(SECRETS, own, BINDER_SECRET))
-    assert forbidden(lambda: as_a.list(SECRETS, own))
+    assert forbidden(lambda: as_a.get(SECRETS, other, BINDER_SECRET))
+    assert forbidden(lambda: as_a.list(SECRETS, other))
+    # Its own Secrets it reads, as Klutch's binder (the konnector's informer), never writes:
+    # tests/security/test_binder_requests.py.
+    assert as_a.get(SECRETS, own, BINDER_SECRET) is not None
+    assert forbidden(lambda: as_a.delete(SECRETS, own, BINDER_SECRET))
 
 
 def bare_repo(tmp_path: Path, files: dict[str, str], root: Path | None = None) -> Path:
