@@ -344,6 +344,8 @@ def app(clusters) -> Iterator[Kube]:
         # a binding's namespace is ignored; Orphan keeps an App CRD a reconciler may have given
         # it as owner (deleting it would delete every App claim of that kind)
         app.delete(kinds[plural], KLUTCH_BIND, name, propagation="Orphan")
+    # an orphaning deletion waits for the garbage collector: the next test must not find them
+    eventually(lambda: not (present() - before), "the test's bindings and Secrets to go")
 
 
 def test_kubectl_bind_binds_two_apis_one_after_the_other(
