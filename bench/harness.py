@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from bind_api.consumer import bind_consumer, binder_kubeconfig
-from bind_api.namespaces import mapped_namespace
+from klutch_gitops.apis import mapped_namespace
+from klutch_gitops.consumer import bind_consumer, binder_kubeconfig
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.informer import Informer
 from klutch_gitops.kube import NAMESPACES, Kube, KubeError, Resource, api_client

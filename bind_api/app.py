@@ -17,20 +17,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, g
 from pydantic import BaseModel, Field, field_validator
 
 from bind_api import inputs
-from bind_api.authz import may_bind
 from bind_api.bindings import (
     BindingRequest,
     Refused,
     Repository,
     bind,
     find_templates,
-    list_templates,
-    offered,
     owned_by,
     unbind,
 )
 from bind_api.config import BindApiConfig
-from bind_api.consumer import IDENTITY_ANNOTATION, owner_of
 from bind_api.oidc import (
     REFETCH_INTERVAL,
     IssuerUnavailable,
@@ -40,7 +36,11 @@ from bind_api.oidc import (
 )
 from bind_api.web import BrowserLogin, browser_router
 from klutch_gitops import tenant_kubeconfig
+from klutch_gitops.apis import IDENTITY_ANNOTATION, REPOSITORY_BINDINGS
+from klutch_gitops.authz import may_bind
+from klutch_gitops.consumer import owner_of
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.exports import list_templates, offered
 from klutch_gitops.kube import NAMESPACES, Kube
 from klutch_gitops.urls import (
     TENANT_TRANSPORTS,
@@ -50,7 +50,6 @@ from klutch_gitops.urls import (
     redact,
     url_transport,
 )
-from reconciler.manager import REPOSITORY_BINDINGS
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Bindings: everything one consumer gets on the Control Plane, created and removed as one unit.
 
-``bind`` applies the consumer's namespace, ServiceAccount and RBAC (``bind_api.consumer``), an
+``bind`` applies the consumer's namespace, ServiceAccount and RBAC (``klutch_gitops.consumer``), an
 APIServiceExportRequest per requested API answered with an APIServiceExport (a snapshot of the
 Control Plane CRD the template selects), the ClusterBinding ``cluster`` and — for a repository —
 a RepositoryBinding for the reconciler with its credentials in Secrets. Every object has a stable
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -24,15 +23,23 @@ from typing import Any
 
 import yaml
 
-from bind_api.consumer import (
+from klutch_gitops.apis import (
+    API_SERVICE_EXPORTS,
+    API_SERVICE_NAMESPACES,
     BIND_GROUPS_ANNOTATION,
     BINDER_KUBECONFIG_LABEL,
-    FIELD_MANAGER,
+    CLUSTER_BINDINGS,
+    CONSUMER_LABEL,
+    EXPORT_REQUESTS,
     IDENTITY_ANNOTATION,
+    REPOSITORY_BINDINGS,
+)
+from klutch_gitops.binder_roles import CONSUMER_ROLE, ensure_cluster_role
+from klutch_gitops.consumer import (
+    FIELD_MANAGER,
     bind_groups,
     binder_kubeconfig,
     consumer_namespace,
-    export_from_crd,
     identity_annotation,
     identity_of,
     legacy_consumer_namespace,
@@ -40,27 +47,21 @@ from bind_api.consumer import (
     namespaced_objects,
     owner_of,
 )
-from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, CONSUMER_LABEL, GROUP
-from klutch_gitops.binder_roles import CONSUMER_ROLE, ensure_cluster_role
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource
-from reconciler.binding import REPOSITORY_BINDINGS
-
-EXPORT_REQUESTS = Resource(GROUP, "v1alpha1", "apiserviceexportrequests", "APIServiceExportRequest")
-CLUSTER_BINDINGS = Resource(GROUP, "v1alpha1", "clusterbindings", "ClusterBinding")
-TEMPLATES = (
-    Resource(
-        "example-backend.klutch.anynines.com",
-        "v1alpha1",
-        "apiserviceexporttemplates",
-        "APIServiceExportTemplate",
-    ),
-    Resource(GROUP, "v1alpha1", "apiserviceexporttemplates", "APIServiceExportTemplate"),
+from klutch_gitops.exports import (
+    FAILED,
+    SUCCEEDED,
+    export_object,
+    list_templates,
+    missing_crd,
+    offered,
+    request_status,
+    template_api,
 )
+from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource
+
 BINDER_SECRET = "klutch-binder-kubeconfig"  # noqa: S105 - a Secret's name, not a password
-SOURCE_HASH_ANNOTATION = "klutch.anynines.com/source-spec-hash"
 PROVIDER_PRETTY_NAME = "klutch-gitops"
-SUCCEEDED, FAILED = "Succeeded", "Failed"
 
 
 class Refused(KlutchError):
@@ -112,23 +113,6 @@ class BindingResult:
 # -- templates --------------------------------------------------------------------------------
 
 
-def template_api(template: Mapping[str, Any]) -> str:
-    """``<resource>.<group>`` of the API a template offers."""
-    selector = (template.get("spec") or {}).get("APIServiceSelector") or {}
-    return f"{selector.get('resource', '')}.{selector.get('group', '')}"
-
-
-def offered(templates: Iterable[dict]) -> dict[str, dict]:
-    """The template of every API offered; the first by namespace and name wins, so the pick is
-    stable."""
-    by_api: dict[str, dict] = {}
-    for template in sorted(
-        templates, key=lambda t: (t["metadata"].get("namespace", ""), t["metadata"]["name"])
-    ):
-        by_api.setdefault(template_api(template), template)
-    return by_api
-
-
 def match_templates(templates: Iterable[dict], apis: Iterable[str]) -> dict[str, dict]:
     """The template for each requested API, or one error naming what is not offered."""
     by_api = offered(templates)
@@ -140,18 +124,6 @@ def match_templates(templates: Iterable[dict], apis: Iterable[str]) -> dict[str,
             "request one of the offered APIs, or ask the platform team to add a template",
         )
     return {api: by_api[api] for api in apis}
-
-
-def list_templates(admin: Kube, namespace: str | None = None) -> list[dict]:
-    """Templates of both groups, in ``namespace`` or everywhere."""
-    templates: list[dict] = []
-    for resource in TEMPLATES:
-        try:
-            templates += admin.list(resource, namespace)[0]
-        except KubeError as error:
-            if not error.not_found:  # a group whose CRD is not installed offers nothing
-                raise
-    return templates
 
 
 def find_templates(
@@ -182,61 +154,6 @@ def export_request(namespace: str, template: Mapping[str, Any]) -> dict[str, Any
                 }
             ]
         },
-    }
-
-
-def missing_crd(template: Mapping[str, Any], crd: Mapping[str, Any] | None) -> str | None:
-    """Why the template's API cannot be exported, or None when it can."""
-    api = template_api(template)
-    if crd is None:
-        return f"CustomResourceDefinition {api} does not exist on the Control Plane"
-    version = template["spec"]["APIServiceSelector"].get("version")
-    served = [v["name"] for v in crd["spec"]["versions"] if v.get("served")]
-    if version and version not in served:
-        return f"CustomResourceDefinition {api} does not serve {version} (served: {served})"
-    return None
-
-
-def export_object(
-    namespace: str, template: Mapping[str, Any], crd: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The APIServiceExport: the CRD snapshot with the template's permission claims."""
-    spec = export_from_crd(crd, (template.get("spec") or {}).get("permissionClaims") or [])
-    digest = hashlib.sha256(json.dumps(crd["spec"], sort_keys=True).encode()).hexdigest()
-    return {
-        "apiVersion": API_SERVICE_EXPORTS.api_version,
-        "kind": "APIServiceExport",
-        "metadata": {
-            "name": crd["metadata"]["name"],
-            "namespace": namespace,
-            "annotations": {SOURCE_HASH_ANNOTATION: digest},
-        },
-        "spec": spec,
-    }
-
-
-def request_status(
-    name: str, namespace: str, problem: str | None, now: str, reason: str = "CRDMissing"
-) -> dict[str, Any]:
-    """Status of an export request: Succeeded, or Failed with a terminal message and ``reason``."""
-    ready = {
-        "type": "Ready",
-        "status": "False" if problem else "True",
-        "reason": reason if problem else "Exported",
-        "message": problem or f"APIServiceExport {name} exists",
-        "lastTransitionTime": now,
-    }
-    status: dict[str, Any] = {
-        "phase": FAILED if problem else SUCCEEDED,
-        "conditions": [{**ready, "type": "ExportsReady"}, ready],
-    }
-    if problem:
-        status["terminalMessage"] = problem
-    return {
-        "apiVersion": EXPORT_REQUESTS.api_version,
-        "kind": "APIServiceExportRequest",
-        "metadata": {"name": name, "namespace": namespace},
-        "status": status,
     }
 
 

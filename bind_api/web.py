@@ -37,21 +37,14 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from prometheus_client import Counter
 
 from bind_api import inputs
-from bind_api.authz import may_bind
-from bind_api.bindings import (
-    BindingRequest,
-    Refused,
-    bind,
-    export_request,
-    find_templates,
-    list_templates,
-    offered,
-)
+from bind_api.bindings import BindingRequest, Refused, bind, export_request, find_templates
 from bind_api.config import BindApiConfig, BrowserFlow
 from bind_api.ledger import SessionLedger
 from bind_api.oidc import IssuerUnavailable, OIDCVerifier, TokenError
 from bind_api.sessions import SessionCodec, SessionError, fingerprint, same
+from klutch_gitops.authz import may_bind
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.exports import list_templates, offered
 from klutch_gitops.oidc_client import Provider, authorization_url, discover, new_pkce
 
 log = logging.getLogger(__name__)

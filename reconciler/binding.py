@@ -20,11 +20,7 @@ from klutch_gitops import tenant_kubeconfig
 from klutch_gitops.config import GitCredentialsRef, RepositorySpec, SecretRef
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Credentials
-from klutch_gitops.kube import SECRETS, Kube, Resource, api_client
-
-REPOSITORY_BINDINGS = Resource(
-    "gitops.klutch.anynines.com", "v1alpha1", "repositorybindings", "RepositoryBinding"
-)
+from klutch_gitops.kube import SECRETS, Kube, api_client
 
 
 @dataclass

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from bind_api.consumer import bind_consumer, binder_kubeconfig, consumer_namespace
 from klutch_gitops.config import PlatformSpec
+from klutch_gitops.consumer import bind_consumer, binder_kubeconfig, consumer_namespace
 from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube import CRDS, NAMESPACES, Kube, Resource, api_client

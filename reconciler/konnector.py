@@ -6,7 +6,7 @@ context of the kubeconfig in the Secret that the APIServiceBinding's ``spec.kube
 names (anynines/klutchio bind/pkg/konnector/konnector_reconcile.go ``reconcile``; the Secret is
 read as controllers/servicebinding/servicebinding_reconcile.go ``ensureValidKubeconfigSecret``
 reads it; the spec sync is controllers/cluster/serviceexport/spec/spec_reconcile.go). The
-reconciler maps the same way (``bind_api.namespaces.mapped_namespace``), so for the same consumer
+reconciler maps the same way (``klutch_gitops.apis.mapped_namespace``), so for the same consumer
 namespace one App claim is one Control Plane claim. For another one, both would write every claim
 of that kind: two Control Plane claims, two real data services. This module only decides; the
 reads are in ``repository.py``.

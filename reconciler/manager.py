@@ -25,10 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bind_api.consumer import BINDER_KUBECONFIG_LABEL
-from bind_api.export_requests import ExportRequestController
-from bind_api.namespaces import NamespaceController
 from klutch_gitops import git
+from klutch_gitops.apis import BINDER_KUBECONFIG_LABEL, REPOSITORY_BINDINGS
 from klutch_gitops.config import Config, RepositorySpec, from_repository_binding
 from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.errors import KlutchError
@@ -36,8 +34,11 @@ from klutch_gitops.informer import Informer
 from klutch_gitops.kube import EVENTS, SECRETS, Kube, KubeError, api_client
 from klutch_gitops.policies import install_policies, load_policies
 from klutch_gitops.urls import normalize_repo_url
+from klutch_gitops.workqueue import WorkQueue, run_workers
 from reconciler import metrics
-from reconciler.binding import REPOSITORY_BINDINGS, Binding, Resolver
+from reconciler.binding import Binding, Resolver
+from reconciler.controllers.export_requests import ExportRequestController
+from reconciler.controllers.namespaces import NamespaceController
 from reconciler.leader import LeaderElector, default_identity
 from reconciler.platform import PlatformSync
 from reconciler.repository import Key, RepositorySync, warning_event
@@ -48,7 +49,6 @@ from reconciler.sources import FileWatcher, Poller
 from reconciler.tokens import KEY as KUBECONFIG_KEY
 from reconciler.tokens import TokenRenewer
 from reconciler.webhooks import PullRequestEvent, PushEvent
-from reconciler.workqueue import WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
 

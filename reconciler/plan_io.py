@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, mapped_namespace
+from klutch_gitops.apis import (
+    API_SERVICE_EXPORTS,
+    API_SERVICE_NAMESPACES,
+    REPOSITORY_BINDINGS,
+    mapped_namespace,
+)
 from klutch_gitops.catalog import load_xrds
 from klutch_gitops.config import Config, RepositorySpec, SecretRef, from_repository_binding
 from klutch_gitops.errors import KlutchError
@@ -33,7 +38,7 @@ from klutch_gitops.kube import Kube, KubeError, Resource, api_client
 from klutch_gitops.manifests import Claim, Export, Identity
 from klutch_gitops.urls import InvalidRepoURL, normalize_repo_url
 from reconciler import objects, plan
-from reconciler.binding import REPOSITORY_BINDINGS, Resolver
+from reconciler.binding import Resolver
 from reconciler.desired import load_desired
 
 GIT_TIMEOUT = 120.0

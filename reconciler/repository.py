@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES
+from klutch_gitops.apis import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES
 from klutch_gitops.bind_client import SERVICE_BINDINGS
 from klutch_gitops.config import Bot
 from klutch_gitops.failpoints import failpoint

@@ -24,13 +24,13 @@ import httpx
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Checkout
 from klutch_gitops.kube import KubeError
+from klutch_gitops.workqueue import WorkQueue, run_workers
 from reconciler.binding import Binding
 from reconciler.forges import FORGES, Forge, ForgeError, NoForgeAPI, State, repository_api
 from reconciler.plan import Plan
 from reconciler.plan_io import Target, run_plan
 from reconciler.plan_render import MAX_COMMENT, render_markdown
 from reconciler.webhooks import PullRequestEvent
-from reconciler.workqueue import WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
 

@@ -30,15 +30,16 @@ from joserfc.errors import JoseError
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from bind_api.consumer import BINDER_KUBECONFIG_LABEL, binder_token
 from klutch_gitops import tenant_kubeconfig
+from klutch_gitops.apis import BINDER_KUBECONFIG_LABEL
 from klutch_gitops.config import TokenRenewal
+from klutch_gitops.consumer import binder_token
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.informer import Informer, object_key
 from klutch_gitops.kube import EVENTS, FIELD_MANAGER, SECRETS, Kube, KubeError
+from klutch_gitops.workqueue import WorkQueue, run_workers
 from reconciler import metrics
 from reconciler.repository import warning_event
-from reconciler.workqueue import WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from klutch_gitops.local_provider.api import (
     set_conditions,
 )
 from klutch_gitops.local_provider.server import Connector, Server
-from reconciler.workqueue import WorkQueue, run_workers
+from klutch_gitops.workqueue import WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 from klutch_gitops.informer import Informer
 from klutch_gitops.kube import Kube
 from klutch_gitops.local_provider.api import FIELD_MANAGER, IN_USE_FINALIZER, PROVIDER_CONFIGS
-from reconciler.workqueue import WorkQueue, run_workers
+from klutch_gitops.workqueue import WorkQueue, run_workers
 
 
 def finalizers_for(meta: dict[str, Any], users: int) -> list[str] | None:

@@ -19,11 +19,11 @@ import httpx
 import uvicorn
 from kubernetes import client
 
-from bind_api.authz import ALLOWED_GROUPS_ANNOTATION
-from bind_api.bindings import TEMPLATES
 from bind_api.config import BindApiConfig, BrowserFlow
-from bind_api.consumer import PROVIDER_SECRETS
+from klutch_gitops.apis import TEMPLATES
+from klutch_gitops.authz import ALLOWED_GROUPS_ANNOTATION
 from klutch_gitops.config import SecretRef
+from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import NAMESPACES, Kube
 from klutch_gitops.localstack.processes import free_port

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from bind_api.consumer import bind_consumer, binder_kubeconfig
-from bind_api.namespaces import mapped_namespace
+from klutch_gitops.apis import mapped_namespace
 from klutch_gitops.config import Config, GitCredentialsRef, RepositorySpec, SecretRef, WriteBack
+from klutch_gitops.consumer import bind_consumer, binder_kubeconfig
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import Kube, Resource
 from klutch_gitops.localstack.processes import free_port

@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from bind_api.app import create_app
-from bind_api.authz import ALLOWED_GROUPS_ANNOTATION
-from bind_api.bindings import TEMPLATES
 from bind_api.config import BindApiConfig
 from bind_api.oidc import OIDCVerifier
+from klutch_gitops.apis import TEMPLATES
+from klutch_gitops.authz import ALLOWED_GROUPS_ANNOTATION
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import NAMESPACES, Kube
 from klutch_gitops.localstack.stack import StackInfo

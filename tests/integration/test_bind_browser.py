@@ -19,9 +19,9 @@ import httpx
 import pytest
 import yaml
 
-from bind_api.bindings import EXPORT_REQUESTS, unbind
-from bind_api.namespaces import API_SERVICE_EXPORTS
+from bind_api.bindings import unbind
 from bind_api.server import serve_in_background
+from klutch_gitops.apis import API_SERVICE_EXPORTS, EXPORT_REQUESTS
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import Kube, api_client
 from klutch_gitops.localstack.stack import StackInfo

@@ -13,14 +13,14 @@ import pytest
 import yaml
 
 from bind_api.bindings import BINDER_SECRET
-from bind_api.consumer import PROVIDER_SECRETS
-from bind_api.namespaces import API_SERVICE_NAMESPACES, mapped_namespace
 from bind_api.server import build_server
+from klutch_gitops.apis import API_SERVICE_NAMESPACES, REPOSITORY_BINDINGS, mapped_namespace
 from klutch_gitops.bind_client import SERVICE_BINDINGS
 from klutch_gitops.binder_roles import CLUSTER_ROLES
+from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube
 from klutch_gitops.localstack.stack import StackInfo
-from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
+from reconciler.manager import Reconciler
 from tests.gitserver import GitServer
 
 from .bindapi import API, bind_api_config, cli, dev_id_token, offered_api, serving

@@ -13,25 +13,22 @@ import pytest
 import yaml
 from kubernetes import client
 
-from bind_api.bindings import (
-    BINDER_SECRET,
+from bind_api.bindings import BINDER_SECRET, BindingRequest, BindingResult, Repository, bind, unbind
+from klutch_gitops.apis import (
+    API_SERVICE_EXPORTS,
+    API_SERVICE_NAMESPACES,
     CLUSTER_BINDINGS,
     EXPORT_REQUESTS,
-    FAILED,
-    SUCCEEDED,
-    BindingRequest,
-    BindingResult,
-    Repository,
-    bind,
-    unbind,
+    REPOSITORY_BINDINGS,
 )
-from bind_api.consumer import PROVIDER_SECRETS
-from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, NamespaceController
+from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds, version_snapshot
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.exports import FAILED, SUCCEEDED
 from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, api_client
 from klutch_gitops.localstack.stack import StackInfo
-from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
+from reconciler.controllers.namespaces import NamespaceController
+from reconciler.manager import Reconciler
 from tests.gitserver import GitServer
 
 from .gitops import POSTGRES, claim, eventually, git, quick_config

@@ -16,24 +16,23 @@ import pytest
 import yaml
 from kubernetes import client
 
-from bind_api.bindings import (
-    BINDER_SECRET,
+from bind_api.bindings import BINDER_SECRET, BindingRequest, Repository, bind, unbind
+from klutch_gitops.apis import (
+    API_SERVICE_NAMESPACES,
     EXPORT_REQUESTS,
-    BindingRequest,
-    Repository,
-    bind,
-    unbind,
+    REPOSITORY_BINDINGS,
+    ROLE_BINDINGS,
+    ROLES,
 )
-from bind_api.consumer import PROVIDER_SECRETS
-from bind_api.namespaces import API_SERVICE_NAMESPACES, ROLE_BINDINGS, ROLES
 from klutch_gitops.binder_roles import CLAIMED_SECRETS_ROLE, CONSUMER_ROLE
 from klutch_gitops.config import Config, PlatformSpec, TokenRenewal
+from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource, api_client
 from klutch_gitops.localstack import binaries
 from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
-from reconciler.manager import REPOSITORY_BINDINGS, Reconciler
+from reconciler.manager import Reconciler
 from reconciler.platform import PlatformSync
 from reconciler.tokens import binder_user
 from tests.conftest import TwinNamespace

@@ -46,8 +46,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from bind_api.bindings import BINDER_SECRET, CLUSTER_BINDINGS, cluster_binding, secret
-from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES
+from bind_api.bindings import BINDER_SECRET, cluster_binding, secret
+from klutch_gitops.apis import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, CLUSTER_BINDINGS
 from klutch_gitops.bind_client import SERVICE_BINDINGS
 from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource, api_client

@@ -30,13 +30,12 @@ import pytest
 import yaml
 from kubernetes import client
 
-from bind_api.consumer import bind_consumer, binder_kubeconfig
-from bind_api.namespaces import mapped_namespace
+from klutch_gitops.apis import REPOSITORY_BINDINGS, mapped_namespace
 from klutch_gitops.bind_client import SERVICE_BINDINGS
+from klutch_gitops.consumer import bind_consumer, binder_kubeconfig
 from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.kube import EVENTS, NAMESPACES, SECRETS, Kube
 from klutch_gitops.localstack.stack import StackInfo
-from reconciler.binding import REPOSITORY_BINDINGS
 from reconciler.konnector import State
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer

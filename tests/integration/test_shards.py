@@ -22,8 +22,8 @@ import yaml
 from kubernetes import client
 
 from bind_api.bindings import BINDER_SECRET
-from bind_api.consumer import binder_kubeconfig
 from klutch_gitops.config import Config, LeaderElection, RepositorySpec, SecretRef
+from klutch_gitops.consumer import binder_kubeconfig
 from klutch_gitops.localstack.processes import free_port
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler.leader import LEASES

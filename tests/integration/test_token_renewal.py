@@ -15,14 +15,14 @@ import yaml
 from kubernetes import client
 
 from bind_api.bindings import BINDER_SECRET, bind, secret, unbind
-from bind_api.consumer import (
+from klutch_gitops.apis import (
+    API_SERVICE_EXPORTS,
+    API_SERVICE_NAMESPACES,
+    BINDER,
     BINDER_KUBECONFIG_LABEL,
-    FIELD_MANAGER,
-    SERVICE_ACCOUNTS,
-    binder_kubeconfig,
 )
-from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, BINDER
 from klutch_gitops.config import TokenRenewal
+from klutch_gitops.consumer import FIELD_MANAGER, SERVICE_ACCOUNTS, binder_kubeconfig
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import EVENTS, NAMESPACES, SECRETS, Kube, KubeError, api_client
 from klutch_gitops.localstack.stack import StackInfo

@@ -18,15 +18,14 @@ import httpx
 import pytest
 
 from bind_api.bindings import BINDER_SECRET
-from bind_api.consumer import (
-    IDENTITY_ANNOTATION,
+from bind_api.server import build_server
+from klutch_gitops.apis import BINDER, IDENTITY_ANNOTATION
+from klutch_gitops.consumer import (
     SERVICE_ACCOUNTS,
     consumer_namespace,
     identity_of,
     legacy_consumer_namespace,
 )
-from bind_api.namespaces import BINDER
-from bind_api.server import build_server
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube
 from klutch_gitops.localstack.stack import StackInfo
 from klutch_gitops.oidc_client import unverified_claims

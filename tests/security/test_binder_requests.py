@@ -21,20 +21,19 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from bind_api.bindings import (
-    BINDER_SECRET,
+from bind_api.bindings import BINDER_SECRET, BindingRequest, bind, unbind
+from klutch_gitops.apis import (
+    API_SERVICE_EXPORTS,
+    API_SERVICE_NAMESPACES,
+    BIND_GROUPS_ANNOTATION,
     CLUSTER_BINDINGS,
     EXPORT_REQUESTS,
-    FAILED,
-    BindingRequest,
-    bind,
-    unbind,
 )
-from bind_api.consumer import BIND_GROUPS_ANNOTATION
-from bind_api.export_requests import ExportRequestController
-from bind_api.namespaces import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, NamespaceController
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
+from klutch_gitops.exports import FAILED
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube, KubeError, api_client
+from reconciler.controllers.export_requests import ExportRequestController
+from reconciler.controllers.namespaces import NamespaceController
 from tests.integration.bindapi import offer, withdraw
 
 POSTGRES = "postgresqlinstances.anynines.com"

@@ -27,14 +27,15 @@ import pytest
 import uvicorn
 import yaml
 
-from bind_api.authz import ALLOWED_GROUPS_ANNOTATION
-from bind_api.bindings import BINDER_SECRET, TEMPLATES, unbind
+from bind_api.bindings import BINDER_SECRET, unbind
 from bind_api.config import BindApiConfig, BrowserFlow
-from bind_api.consumer import PROVIDER_SECRETS
 from bind_api.ledger import LEASES, SESSION_LABEL
 from bind_api.server import build_server
 from bind_api.web import SESSION_COOKIE
+from klutch_gitops.apis import TEMPLATES
+from klutch_gitops.authz import ALLOWED_GROUPS_ANNOTATION
 from klutch_gitops.config import SecretRef
+from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import NAMESPACES, SECRETS, Kube
 from klutch_gitops.localstack.processes import free_port

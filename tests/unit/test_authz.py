@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bind_api.authz import ALLOWED_GROUPS_ANNOTATION, allowed_groups, may_bind
+from klutch_gitops.authz import ALLOWED_GROUPS_ANNOTATION, allowed_groups, may_bind
 
 
 def template(groups: str | None = None) -> dict:

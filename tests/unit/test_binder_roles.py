@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import yaml
 
-from bind_api.consumer import namespaced_objects
-from bind_api.namespaces import desired_objects
 from klutch_gitops.binder_roles import (
     CLAIMED_SECRETS_ROLE,
     CONSUMER_ROLE,
     ROLE_FILE,
     load_cluster_role,
 )
+from klutch_gitops.consumer import namespaced_objects
+from reconciler.controllers.namespaces import desired_objects
 from tests.helm import CHART, VALUE_SETS, render
 
 

@@ -8,30 +8,25 @@ import pytest
 
 from bind_api.bindings import (
     BINDER_SECRET,
-    FAILED,
-    SUCCEEDED,
     Refused,
     Repository,
     check_limit,
     check_owner,
-    export_object,
     export_request,
     match_templates,
-    missing_crd,
     owned_by,
     repository_binding_name,
     repository_objects,
-    request_status,
 )
-from bind_api.consumer import (
-    IDENTITY_ANNOTATION,
+from klutch_gitops.apis import IDENTITY_ANNOTATION, mapped_namespace
+from klutch_gitops.consumer import (
     consumer_namespace,
     identity_of,
     legacy_consumer_namespace,
     owner_of,
 )
-from bind_api.namespaces import mapped_namespace
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.exports import FAILED, SUCCEEDED, export_object, missing_crd, request_status
 
 SECRETS_CLAIM = {"group": "", "resource": "secrets", "selector": {"owner": "Provider"}}
 CRD = {

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import yaml
 
-from bind_api.consumer import PROVIDER_SECRETS
 from klutch_gitops.catalog import (
     CATALOG_DIR,
     COMPOSITION_DIR,
@@ -21,6 +20,7 @@ from klutch_gitops.catalog import (
     load_templates,
     load_xrds,
 )
+from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.crds import CRD_DIR
 from klutch_gitops.errors import KlutchError
 from reconciler.schema import CompiledSchema, validate

@@ -163,7 +163,7 @@ def test_the_reconciler_may_grant_what_the_catalogs_exports_need() -> None:
 
 def test_pinned_names_match_the_code() -> None:
     from bind_api.bindings import BINDER_SECRET
-    from bind_api.namespaces import BINDER
+    from klutch_gitops.apis import BINDER
 
     docs = render([VALUE_SETS["default"]])
     rules = [rule for role in objects(docs, "ClusterRole") for rule in role["rules"]]

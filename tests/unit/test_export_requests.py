@@ -4,15 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from bind_api.authz import ALLOWED_GROUPS_ANNOTATION
-from bind_api.consumer import (
-    BIND_GROUPS_ANNOTATION,
-    FIELD_MANAGER,
-    IDENTITY_ANNOTATION,
-    bind_groups,
-    recorded_groups,
-)
-from bind_api.export_requests import decide, unanswered
+from klutch_gitops.apis import BIND_GROUPS_ANNOTATION, IDENTITY_ANNOTATION
+from klutch_gitops.authz import ALLOWED_GROUPS_ANNOTATION
+from klutch_gitops.consumer import FIELD_MANAGER, bind_groups, recorded_groups
+from reconciler.controllers.export_requests import decide, unanswered
 
 CONSUMER = "cluster-abc"
 POSTGRES = "postgresqlinstances.anynines.com"

@@ -21,22 +21,23 @@ from typing import Any
 
 from kubernetes import client
 
-from bind_api.namespaces import API_SERVICE_EXPORTS, BINDER, GROUP, ROLE_BINDINGS, binder_role
+from klutch_gitops.apis import (
+    API_SERVICE_EXPORTS,
+    BIND_GROUPS_ANNOTATION,
+    BINDER,
+    GROUP,
+    IDENTITY_ANNOTATION,
+    ROLE_BINDINGS,
+    ROLES,
+)
 from klutch_gitops.binder_roles import CONSUMER_ROLE, ensure_cluster_role, role_binding
 from klutch_gitops.crds import version_snapshot
 from klutch_gitops.kube import NAMESPACES, Kube, Resource
 
 FIELD_MANAGER = "klutch-gitops-bind"
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
-IDENTITY_ANNOTATION = "example-backend.klutch.anynines.com/identity"
-# On the consumer namespace: the OIDC groups of the identity's last bind and the bind API's default
-# allowed groups, as JSON. The Control Plane never sees the ID token, so this is what the
-# ExportRequestController authorizes an export request created with the binder kubeconfig against.
-BIND_GROUPS_ANNOTATION = "gitops.klutch.anynines.com/bind-groups"
 TOKEN_SECONDS = 24 * 3600
 NAME_CHARACTERS = 26  # lowercase base32: 5 bits each, 130 in all
-# Marks the Secrets holding a binder kubeconfig, so the reconciler finds the tokens it must renew.
-BINDER_KUBECONFIG_LABEL = "klutch.anynines.com/binder-kubeconfig"
 PROVIDER_SECRETS = {
     "group": "",
     "resource": "secrets",
@@ -105,6 +106,38 @@ def recorded_groups(namespace: Mapping[str, Any] | None) -> tuple[list[str], lis
     ):
         return None
     return groups, default
+
+
+def binder_role(
+    namespace: str, consumer: str, rules: list[dict], labels: dict[str, str] | None = None
+) -> list[tuple[Resource, dict]]:
+    """A Role named ``klutch-binder`` in ``namespace``, bound to the consumer's ServiceAccount."""
+    meta = {"name": BINDER, "namespace": namespace, **({"labels": labels} if labels else {})}
+    return [
+        (
+            ROLES,
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": meta,
+                "rules": rules,
+            },
+        ),
+        (
+            ROLE_BINDINGS,
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": meta,
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": BINDER,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": BINDER, "namespace": consumer}],
+            },
+        ),
+    ]
 
 
 def export_from_crd(

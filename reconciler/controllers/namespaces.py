@@ -12,39 +12,29 @@ without this consumer's label belongs to someone else and is never taken over.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 from collections.abc import Iterable
 
+from klutch_gitops.apis import (
+    API_SERVICE_EXPORTS,
+    API_SERVICE_NAMESPACES,
+    APP_NAMESPACE_LABEL,
+    CONSUMER_LABEL,
+    ROLE_BINDINGS,
+    mapped_namespace,
+)
 from klutch_gitops.binder_roles import CLAIMED_SECRETS_ROLE, ensure_cluster_role, role_binding
+from klutch_gitops.consumer import binder_role
 from klutch_gitops.informer import Informer
 from klutch_gitops.kube import NAMESPACES, Kube, KubeError, Resource
-from reconciler.workqueue import WorkQueue, run_workers
+from klutch_gitops.workqueue import WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
 
-GROUP = "klutch.anynines.com"
-API_SERVICE_NAMESPACES = Resource(GROUP, "v1alpha1", "apiservicenamespaces", "APIServiceNamespace")
-API_SERVICE_EXPORTS = Resource(GROUP, "v1alpha1", "apiserviceexports", "APIServiceExport")
-ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
-ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
-
 FIELD_MANAGER = "klutch-gitops-bind"
 FINALIZER = "klutch.anynines.com/namespace"
-CONSUMER_LABEL = "klutch.anynines.com/consumer-namespace"
-APP_NAMESPACE_LABEL = "klutch.anynines.com/app-namespace"
-BINDER = "klutch-binder"
 CLAIM_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
 READ_VERBS = ["get", "list", "watch"]
-
-
-def mapped_namespace(consumer: str, app_namespace: str) -> str:
-    """``<consumer>-<app namespace>``, shortened with a stable hash to fit a DNS label (63)."""
-    name = f"{consumer}-{app_namespace}"
-    if len(name) <= 63:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{name[:54].rstrip('-')}-{digest}"
 
 
 def role_rules(exports: Iterable[dict]) -> list[dict]:
@@ -95,38 +85,6 @@ def desired_objects(mapping: dict, exports: Iterable[dict]) -> list[tuple[Resour
         ),
         *binder_role(target, consumer, role_rules(exports), labels),
         (ROLE_BINDINGS, role_binding(target, CLAIMED_SECRETS_ROLE, consumer, labels)),
-    ]
-
-
-def binder_role(
-    namespace: str, consumer: str, rules: list[dict], labels: dict[str, str] | None = None
-) -> list[tuple[Resource, dict]]:
-    """A Role named ``klutch-binder`` in ``namespace``, bound to the consumer's ServiceAccount."""
-    meta = {"name": BINDER, "namespace": namespace, **({"labels": labels} if labels else {})}
-    return [
-        (
-            ROLES,
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": meta,
-                "rules": rules,
-            },
-        ),
-        (
-            ROLE_BINDINGS,
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": meta,
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": BINDER,
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": BINDER, "namespace": consumer}],
-            },
-        ),
     ]
 
 

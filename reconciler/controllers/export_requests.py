@@ -17,9 +17,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from bind_api.authz import may_bind
-from bind_api.bindings import (
-    EXPORT_REQUESTS,
+from klutch_gitops.apis import API_SERVICE_EXPORTS, EXPORT_REQUESTS
+from klutch_gitops.authz import may_bind
+from klutch_gitops.consumer import FIELD_MANAGER, identity_annotation, recorded_groups
+from klutch_gitops.exports import (
     FAILED,
     SUCCEEDED,
     export_object,
@@ -28,11 +29,9 @@ from bind_api.bindings import (
     offered,
     request_status,
 )
-from bind_api.consumer import FIELD_MANAGER, identity_annotation, recorded_groups
-from bind_api.namespaces import API_SERVICE_EXPORTS
 from klutch_gitops.informer import Informer
 from klutch_gitops.kube import CRDS, NAMESPACES, Kube
-from reconciler.workqueue import WorkQueue, run_workers
+from klutch_gitops.workqueue import WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,51 @@
+"""The Klutch consumer protocol both wings speak: API resources, labels, annotations, names.
+
+The bind API writes these objects and the reconciler reads and serves them; neither wing imports
+the other, so what they share lives here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from klutch_gitops.kube import Resource
+
+GROUP = "klutch.anynines.com"
+API_SERVICE_NAMESPACES = Resource(GROUP, "v1alpha1", "apiservicenamespaces", "APIServiceNamespace")
+API_SERVICE_EXPORTS = Resource(GROUP, "v1alpha1", "apiserviceexports", "APIServiceExport")
+EXPORT_REQUESTS = Resource(GROUP, "v1alpha1", "apiserviceexportrequests", "APIServiceExportRequest")
+CLUSTER_BINDINGS = Resource(GROUP, "v1alpha1", "clusterbindings", "ClusterBinding")
+TEMPLATES = (
+    Resource(
+        "example-backend.klutch.anynines.com",
+        "v1alpha1",
+        "apiserviceexporttemplates",
+        "APIServiceExportTemplate",
+    ),
+    Resource(GROUP, "v1alpha1", "apiserviceexporttemplates", "APIServiceExportTemplate"),
+)
+REPOSITORY_BINDINGS = Resource(
+    "gitops.klutch.anynines.com", "v1alpha1", "repositorybindings", "RepositoryBinding"
+)
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+
+CONSUMER_LABEL = "klutch.anynines.com/consumer-namespace"
+APP_NAMESPACE_LABEL = "klutch.anynines.com/app-namespace"
+BINDER = "klutch-binder"
+# Marks the Secrets holding a binder kubeconfig, so the reconciler finds the tokens it must renew.
+BINDER_KUBECONFIG_LABEL = "klutch.anynines.com/binder-kubeconfig"
+IDENTITY_ANNOTATION = "example-backend.klutch.anynines.com/identity"
+# On the consumer namespace: the OIDC groups of the identity's last bind and the bind API's default
+# allowed groups, as JSON. The Control Plane never sees the ID token, so this is what the
+# ExportRequestController authorizes an export request created with the binder kubeconfig against.
+BIND_GROUPS_ANNOTATION = "gitops.klutch.anynines.com/bind-groups"
+
+
+def mapped_namespace(consumer: str, app_namespace: str) -> str:
+    """``<consumer>-<app namespace>``, shortened with a stable hash to fit a DNS label (63)."""
+    name = f"{consumer}-{app_namespace}"
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[:54].rstrip('-')}-{digest}"

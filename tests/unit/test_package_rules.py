@@ -1,0 +1,78 @@
+"""Package rules: the two wings (``bind_api`` and ``reconciler``) never import each other.
+
+What they share (the Klutch consumer protocol, the work queue) lives in ``klutch_gitops``; there,
+only the entry points and the dev/local-stack code may import a wing.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+WINGS = ("bind_api", "reconciler")
+# klutch_gitops modules allowed to import a wing: the command line, which starts both.
+ALLOWED_IN_BASE = {"klutch_gitops/cli.py"}
+
+
+def imported(path: Path) -> set[str]:
+    """Every absolute module an Import or ImportFrom names, at module level or nested."""
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules.add(node.module)
+    return modules
+
+
+def wings_imported(path: Path) -> set[str]:
+    return {m.split(".")[0] for m in imported(path)} & set(WINGS)
+
+
+def sources(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def test_the_imports_are_found_nested_too(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("import os\n\ndef f():\n    from reconciler.manager import Reconciler\n")
+    assert wings_imported(module) == {"reconciler"}
+
+
+@pytest.mark.parametrize(
+    ("wing", "other"), [("bind_api", "reconciler"), ("reconciler", "bind_api")]
+)
+def test_a_wing_does_not_import_the_other(wing: str, other: str) -> None:
+    offenders = [
+        str(path.relative_to(ROOT)) for path in sources(wing) if other in wings_imported(path)
+    ]
+    assert sources(wing)
+    assert offenders == []
+
+
+def test_only_the_entry_points_of_the_base_import_a_wing() -> None:
+    importers = {
+        str(path.relative_to(ROOT)) for path in sources("klutch_gitops") if wings_imported(path)
+    }
+    assert importers <= ALLOWED_IN_BASE
+
+
+def test_the_bind_api_loads_no_reconciler_module() -> None:
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, bind_api.app, bind_api.server; "
+            "print(' '.join(m for m in sys.modules if m.split('.')[0] == 'reconciler'))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.split() == []
