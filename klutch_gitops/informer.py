@@ -23,6 +23,17 @@ def object_key(obj: dict) -> tuple[str, str]:
     return meta.get("namespace") or "", meta.get("name") or ""
 
 
+def managers(managed_fields: list[dict] | None) -> list[dict]:
+    """managedFields as the cache keeps them: who manages the object (manager, operation,
+    subresource), not which fields. The field sets are most of an object's size; deciding
+    whose bookkeeping a label is (reconciler.objects.mirrored_body) needs only the managers.
+    Never write these entries back: a managedFields patch needs a fresh GET's."""
+    return [
+        {k: entry[k] for k in ("manager", "operation", "subresource") if k in entry}
+        for entry in managed_fields or []
+    ]
+
+
 class Informer:
     def __init__(
         self,
@@ -107,8 +118,9 @@ class Informer:
         return resource_version
 
     def _apply(self, event_type: str, obj: dict) -> None:
-        # managedFields are most of an object's size and nothing here reads them
-        obj.get("metadata", {}).pop("managedFields", None)
+        meta = obj.get("metadata") or {}
+        if "managedFields" in meta:
+            meta["managedFields"] = managers(meta["managedFields"])
         with self._lock:
             if event_type == "DELETED":
                 self.cache.pop(object_key(obj), None)

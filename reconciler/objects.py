@@ -116,6 +116,8 @@ def mirrored_body(live: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _argocd_managed(meta: Mapping[str, Any]) -> bool:
+    """Argo CD's field manager or annotations. With its default label tracking the manager is
+    the only sign: the informer's cache keeps managedFields' managers for this."""
     return any(
         entry.get("manager") == ARGOCD_MANAGER for entry in meta.get("managedFields") or []
     ) or any(k.startswith("argocd.argoproj.io/") for k in meta.get("annotations") or {})

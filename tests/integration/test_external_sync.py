@@ -71,6 +71,17 @@ def argocd(tenant: Tenant, name: str) -> Tool:
     )
 
 
+def argocd_by_label() -> Tool:
+    """Argo CD with its default tracking method, ``label`` (argoproj/argo-cd
+    util/argo/resource_tracking.go: GetTrackingMethod falls back to TrackingMethodLabel, and
+    SetAppInstance then sets only the label, no annotation). The label key is
+    common.LabelKeyAppInstance, ``app.kubernetes.io/instance`` (common/common.go), its value the
+    Application's name; the field manager is common.ArgoCDSSAManager, ``argocd-controller``,
+    passed by controller/sync.go (sync.WithServerSideApplyManager) to gitops-engine's
+    pkg/sync/sync_context.go applyObject."""
+    return Tool("argocd-controller", labels={objects.ARGOCD_INSTANCE_LABEL: "team-data"})
+
+
 FLUX = Tool(
     "kustomize-controller",
     labels={
@@ -266,6 +277,32 @@ def test_argo_and_flux_applies_alternate_with_the_reconciler_without_flapping(
     eventually(committed, "the status commit with Ready")
     assert "status:" not in tenant.remote_file("claims/argo-db.yaml")  # files mode
     assert problems(tenant) == []
+
+
+def test_argo_cds_tracking_label_stays_off_the_control_plane(tenant: Tenant) -> None:
+    """Label tracking leaves no annotation of Argo CD's on the object: only its field manager
+    tells its ``app.kubernetes.io/instance`` from a person's, and the informer's cache must keep
+    that much of managedFields."""
+    tenant.push({"claims/db.yaml": claim("db", tenant.namespace)})
+    caught_up(tenant)
+    argocd_by_label().sync(tenant, "claims/db.yaml")
+    eventually(lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db"), "the CP copy")
+    settle(tenant, ["db"])
+    assert problems(tenant) == []
+
+    live = tenant.app.get(POSTGRES, tenant.namespace, "db")
+    meta = live["metadata"]
+    assert meta["labels"][objects.ARGOCD_INSTANCE_LABEL] == "team-data"
+    assert not any(k.startswith("argocd.argoproj.io/") for k in meta.get("annotations") or {})
+    assert {m for m, _, _ in managers(live)} == {"argocd-controller", "klutch-gitops"}
+    assert meta["labels"][objects.REPOSITORY_LABEL] == repository(tenant)
+    assert meta["finalizers"] == [objects.FINALIZER]
+
+    copy = tenant.control_plane.get(POSTGRES, tenant.mapped, "db")
+    assert objects.ARGOCD_INSTANCE_LABEL not in (copy["metadata"].get("labels") or {})
+    assert_clean(copy)
+    assert copy["metadata"]["annotations"][objects.BOUND_ANNOTATION] == "true"
+    assert copy["spec"] == live["spec"]
 
 
 def test_the_reconciler_mirrors_what_the_tool_applied_not_what_git_says(tenant: Tenant) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from klutch_gitops.informer import managers
 from klutch_gitops.manifests import Claim, Identity, Location
 from reconciler import objects
 
@@ -175,6 +176,36 @@ def test_mirrored_body_strips_argocd_bookkeeping() -> None:
         },
         "spec": live["spec"],
     }
+
+
+def test_mirrored_body_strips_argocds_tracking_label_as_the_informer_caches_the_object() -> None:
+    """Argo CD's default label tracking (argoproj/argo-cd util/argo/resource_tracking.go) leaves
+    only ``app.kubernetes.io/instance`` and its field manager ``argocd-controller``: the cache
+    keeps the managers (not the field sets), enough to tell Argo CD's label from a person's."""
+    full = [
+        {
+            "manager": "argocd-controller",
+            "operation": "Apply",
+            "apiVersion": "anynines.com/v1",
+            "time": "2026-11-24T10:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:labels": {"f:app.kubernetes.io/instance": {}}}},
+        },
+        {"manager": "klutch-gitops", "operation": "Apply", "subresource": "status"},
+    ]
+    cached = managers(full)
+    assert cached == [
+        {"manager": "argocd-controller", "operation": "Apply"},
+        {"manager": "klutch-gitops", "operation": "Apply", "subresource": "status"},
+    ]
+    live = tool_applied(
+        labels={"team": "a", "app.kubernetes.io/instance": "team-data"},
+        managedFields=cached,
+    )
+    assert objects.mirrored_body(live)["metadata"]["labels"] == {"team": "a"}
+    # without the managers (as the cache held it before) the label passed for a person's
+    bare = tool_applied(labels={"team": "a", "app.kubernetes.io/instance": "team-data"})
+    assert "app.kubernetes.io/instance" in objects.mirrored_body(bare)["metadata"]["labels"]
 
 
 def test_mirrored_body_strips_flux_bookkeeping_and_keeps_a_persons_instance_label() -> None:
