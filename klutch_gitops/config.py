@@ -101,6 +101,7 @@ class PlatformSpec:
     branch: str = "main"
     path: str = "."
     credentials: GitCredentialsRef | None = None
+    webhook_secret: SecretRef | None = None  # verifies push webhooks, as a repository's does
 
 
 @dataclass(frozen=True)
@@ -570,7 +571,9 @@ def parse_config(text: str, origin: str, base: Path) -> Config:
         )
     platform = None
     if data.get("platform") is not None:
-        raw = reader.mapping(data["platform"], "platform", {"url", "branch", "path", "credentials"})
+        raw = reader.mapping(
+            data["platform"], "platform", {"url", "branch", "path", "credentials", "webhookSecret"}
+        )
         url = reader.string(
             raw,
             "url",
@@ -585,6 +588,9 @@ def parse_config(text: str, origin: str, base: Path) -> Config:
                 branch=reader.string(raw, "branch", "platform", default="main") or "main",
                 path=reader.string(raw, "path", "platform", default=".") or ".",
                 credentials=reader.credentials(raw.get("credentials"), "platform.credentials"),
+                webhook_secret=reader.secret_ref(
+                    raw.get("webhookSecret"), "platform.webhookSecret"
+                ),
             )
     workers = data.get("workers", 4)
     if not isinstance(workers, int) or not 1 <= workers <= 64:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from klutch_gitops import git
 from klutch_gitops.apis import BINDER_KUBECONFIG_LABEL, REPOSITORY_BINDINGS
-from klutch_gitops.config import Config, RepositorySpec, from_repository_binding
+from klutch_gitops.config import Config, PlatformSpec, RepositorySpec, from_repository_binding
 from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.informer import Informer
@@ -52,7 +52,10 @@ from reconciler.webhooks import PullRequestEvent, PushEvent
 
 log = logging.getLogger(__name__)
 
-PLATFORM = "platform"
+# The platform repository's registration key and its clone's directory under workDir. Neither can
+# be a repository's: names match REPOSITORY_NAME_PATTERN, which has no ':' and no leading '.'.
+PLATFORM = ":platform"
+PLATFORM_DIR = ".platform"
 STOP_GRACE_SECONDS = 30.0
 STANDBY = "standby: not the leader"
 WATCHED_POLL_ROUNDS = 10  # a file:// remote is watched: poll it every tenth round only
@@ -86,6 +89,7 @@ class Reconciler:
         self.namespaces = NamespaceController(self.admin)
         self.export_requests = ExportRequestController(self.admin)
         self.platform: PlatformSync | None = None
+        self.platform_webhook_secrets: tuple[bytes, ...] = ()
         self.poller: Poller[str] = Poller(
             config.poll_interval, self._ls_remote, self._source_changed
         )
@@ -200,16 +204,23 @@ class Reconciler:
                 self.export_requests.start()
                 self.tokens.start()
                 if self.config.platform is not None:
-                    self.platform = PlatformSync(
-                        self.config.platform,
-                        self.admin,
-                        self.config.work_dir / PLATFORM,
-                        self.resolver.credentials(self.config.platform.credentials, "platform", ""),
-                    )
-                    self._watch_source(
-                        PLATFORM, self.config.platform.url, self.config.platform.branch
-                    )
-                    self.queue.add(("platform", PLATFORM))
+                    self._start_platform(self.config.platform)
+
+    def _start_platform(self, spec: PlatformSpec) -> None:
+        """Register the platform repository like a repository, under a key no repository can
+        have: polled and fetched on a verified push with its own credentials and secret."""
+        self.platform = PlatformSync(
+            spec,
+            self.admin,
+            self.config.work_dir / PLATFORM_DIR,
+            self.resolver.credentials(spec.credentials, "platform", ""),
+        )
+        if spec.webhook_secret is not None:
+            self.platform_webhook_secrets = (
+                self.resolver.value(spec.webhook_secret, "platform.webhookSecret", ""),
+            )
+        self._watch_source(PLATFORM, spec.url, spec.branch)
+        self.queue.add(("platform", PLATFORM))
 
     def _lead(self) -> None:
         try:
@@ -541,7 +552,11 @@ class Reconciler:
         """A verified push: fetch the registrations whose own secret verified it and that follow
         its branch, or stamp the Lease of their shard for the replica that holds it."""
         triggered = 0
-        for name in sorted(event.registrations):
+        platform = self.platform
+        if PLATFORM in event.registrations and platform and platform.spec.branch == event.branch:
+            self._source_changed(PLATFORM)
+            triggered += 1
+        for name in sorted(event.registrations - {PLATFORM}):
             spec = self.specs.get(name)
             if spec is None or spec.branch != event.branch:
                 continue
@@ -578,7 +593,7 @@ class Reconciler:
         """
         for stale in set(self.visitor_secrets) - set(self.specs):
             self.visitor_secrets.pop(stale, None)
-        pairs: list[tuple[str, bytes]] = []
+        pairs = self._platform_candidates(urls)
         for name, spec in list(self.specs.items()):
             if spec.suspend or spec.webhook_secret is None:
                 continue
@@ -593,6 +608,14 @@ class Reconciler:
                 continue  # not registered (an error is reported for it)
             pairs.extend((name, secret) for secret in secrets)
         return pairs
+
+    def _platform_candidates(self, urls: frozenset[str]) -> list[tuple[str, bytes]]:
+        """The platform repository's webhook secret when ``urls`` name it: on the leader only,
+        which alone syncs it."""
+        platform = self.platform
+        if platform is None or normalize_repo_url(platform.spec.url) not in urls:
+            return []
+        return [(PLATFORM, secret) for secret in self.platform_webhook_secrets]
 
     def _visitor_secrets(self, name: str, spec: RepositorySpec) -> tuple[bytes, ...]:
         """The webhook secret of another replica's registration, read at most once a while."""

@@ -122,6 +122,7 @@ def test_the_documented_example_config_is_valid() -> None:
     config = parse_config(example.read_text(), str(example), example.parent)
     assert [r.name for r in config.repositories] == ["team-a"]
     assert config.platform is not None
+    assert config.platform.webhook_secret == SecretRef(env="PLATFORM_WEBHOOK_SECRET")
     assert config.leader_election == LeaderElection(namespace="klutch-system")
 
 
