@@ -112,13 +112,10 @@ class Reconciler:
             if election.enabled and election.shards
             else None
         )
-        # The leader renews binder tokens; with shards, every replica restarts the registrations
-        # it holds when a binder Secret changes.
-        self.tokens = TokenRenewer(
-            self.admin,
-            config.binder_tokens,
-            self._binder_renewed if self.shards is None else lambda _namespace, _name: None,
-        )
+        # The leader renews binder tokens; every replica that reconciles (the only one, the
+        # leader, or each shard holder) restarts the registrations it holds when a binder Secret
+        # changes, whoever changed it: the renewer, possibly in another replica, or a new bind.
+        self.tokens = TokenRenewer(self.admin, config.binder_tokens)
         self.binder_secrets = Informer(
             self.admin,
             SECRETS,
@@ -190,8 +187,7 @@ class Reconciler:
                     self.specs[spec.name] = spec
                     self.queue.add(("register", spec.name))
                 self.bindings.start()
-                if self.shards is not None:
-                    self.binder_secrets.start()
+                self.binder_secrets.start()
                 self.workers = run_workers(
                     self.queue, self.handle, self.config.workers, "reconcile"
                 )

@@ -20,7 +20,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,16 +109,13 @@ def binder_user(secret: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, An
 class TokenRenewer:
     """Watches the binder kubeconfig Secrets and renews each token when it becomes due.
 
-    ``renewed(namespace, name)`` is called after a Secret got a new token, so the registrations
-    that resolved the old one can resolve it again.
+    The registrations that resolved the old token notice the renewal by their own watch of the
+    Secrets (``Reconciler._on_binder_secret``), in whichever replica holds them.
     """
 
-    def __init__(
-        self, admin: Kube, settings: TokenRenewal, renewed: Callable[[str, str], None]
-    ) -> None:
+    def __init__(self, admin: Kube, settings: TokenRenewal) -> None:
         self.admin = admin
         self.settings = settings
-        self.renewed = renewed
         self.queue: WorkQueue[SecretKey] = WorkQueue()
         self.secrets = Informer(
             admin,
@@ -194,7 +191,6 @@ class TokenRenewer:
                 "expires": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(times.expires)),
             },
         )
-        self.renewed(namespace, name)
 
     def _forget_expiry(self, key: SecretKey) -> None:
         with contextlib.suppress(KeyError):  # never set for this Secret
