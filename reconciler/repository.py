@@ -39,7 +39,6 @@ from klutch_gitops.manifests import Claim, Export, Identity, Location, Rejection
 from reconciler import konnector, metrics, objects
 from reconciler.binding import Binding
 from reconciler.desired import DesiredState, load_desired
-from reconciler.writeback import Bot as CommitAuthor
 from reconciler.writeback import (
     Mode,
     ObservedStatus,
@@ -776,7 +775,7 @@ class RepositorySync:
             message=f"klutch-gitops: status of {summary.counts['claims']} claim(s) in "
             f"{self.spec.path}",
             source_commit=summary.source_commit,
-            bot=CommitAuthor(self.bot.name, self.bot.email),
+            bot=self.bot,
         )
         if sha:
             self.last_status_commit = sha

@@ -22,6 +22,7 @@ from typing import Any
 
 from ruamel.yaml.error import YAMLError
 
+from klutch_gitops.config import Bot
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Checkout
 from klutch_gitops.manifests import Identity, Rejection
@@ -61,12 +62,6 @@ class Summary:
     source_commit: str
     counts: Mapping[str, int]  # e.g. claims, applied, rejected, deleted
     rejections: Sequence[Rejection]
-
-
-@dataclass(frozen=True)
-class Bot:
-    name: str = "klutch-gitops[bot]"
-    email: str = "klutch-gitops@users.noreply.klutch.example"
 
 
 def render_changes(

@@ -37,12 +37,11 @@ from typing import Any
 import httpx
 import yaml
 
-from klutch_gitops.config import RepositorySpec
+from klutch_gitops.config import Bot, RepositorySpec
 from klutch_gitops.failpoints import DIR_ENV, ENV
 from klutch_gitops.kube import Kube, KubeError
 from klutch_gitops.localstack.processes import Process
 from reconciler import objects
-from reconciler.writeback import Bot
 from tests.integration.gitops import POSTGRES, Tenant, eventually, git
 
 CLI = [sys.executable, "-m", "klutch_gitops.cli", "run"]

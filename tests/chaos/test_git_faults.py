@@ -9,8 +9,8 @@ import subprocess
 import threading
 from pathlib import Path
 
+from klutch_gitops.config import Bot
 from klutch_gitops.git import Checkout
-from reconciler.writeback import Bot as WriteBackBot
 from reconciler.writeback import write_back
 from tests.integration.gitops import POSTGRES, Tenant, claim, eventually, git, report_ready
 
@@ -198,7 +198,7 @@ def test_a_push_that_loses_the_race_inside_the_server_is_retried(tmp_path: Path)
         lambda _tree: {"status.yaml": b"phase: Ready\n"},
         "status",
         source,
-        WriteBackBot(),
+        Bot(),
         sleep=lambda _seconds: None,
     )
 

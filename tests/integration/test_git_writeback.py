@@ -18,11 +18,11 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 
+from klutch_gitops.config import Bot
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Checkout, Credentials, ls_remote
 from klutch_gitops.manifests import Identity, Rejection
 from reconciler.writeback import (
-    Bot,
     Mode,
     ObservedStatus,
     Summary,
