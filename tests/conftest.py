@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import ssl
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -90,6 +91,15 @@ def git_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
     ):
         patch.setenv("GIT_SSL_CAINFO", str(server.ca_file))
         yield server
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[Callable[[], Any]]]:
+    """Things to undo after the test, last first (stopping reconcilers, killing processes)."""
+    undo: list[Callable[[], Any]] = []
+    yield undo
+    for step in reversed(undo):
+        step()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -124,6 +124,18 @@ spec:
 {extra}"""
 
 
+def person_clone(source: str, clone: Path) -> None:
+    """A person's clone of an empty repository, with a first commit on main pushed."""
+    subprocess.run(["git", "clone", "-q", source, str(clone)], check=True, capture_output=True)
+    git(clone, "config", "user.name", "Human Developer")
+    git(clone, "config", "user.email", "human@example.com")
+    git(clone, "checkout", "-q", "-b", "main")
+    (clone / "README.md").write_text("team claims\n")
+    git(clone, "add", "-A")
+    git(clone, "commit", "-q", "-m", "start")
+    git(clone, "push", "-q", "origin", "main")
+
+
 def make_tenant(
     stack: StackInfo,
     clusters: dict[str, client.ApiClient],
@@ -160,14 +172,7 @@ def make_tenant(
         url, person_url = f"file://{remote}", str(remote)
     else:
         remote, url, person_url = origin.bare, origin.url, origin.person_url
-    subprocess.run(["git", "clone", "-q", person_url, str(clone)], check=True, capture_output=True)
-    git(clone, "config", "user.name", "Human Developer")
-    git(clone, "config", "user.email", "human@example.com")
-    git(clone, "checkout", "-q", "-b", "main")
-    (clone / "README.md").write_text("team claims\n")
-    git(clone, "add", "-A")
-    git(clone, "commit", "-q", "-m", "start")
-    git(clone, "push", "-q", "origin", "main")
+    person_clone(person_url, clone)
 
     spec = RepositorySpec(
         name=f"team-{suffix}",

@@ -26,7 +26,7 @@ from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube import Kube, api_client
 from klutch_gitops.localstack.stack import StackInfo
 
-from .bindapi import browser_config, offer, withdraw
+from .bindapi import browser_config, healthy, offer, withdraw
 from .dexflows import browser, form
 from .gitops import eventually
 
@@ -53,17 +53,10 @@ def bind_api(stack: StackInfo, clusters, tmp_path_factory: pytest.TempPathFactor
     secrets = tmp_path_factory.mktemp("browser-secrets")
     url = f"http://127.0.0.1:{stack.bind_api_port}"
     server = serve_in_background(browser_config(stack, secrets))
-    eventually(lambda: _healthy(url), "the bind API to listen")
+    eventually(lambda: healthy(url), "the bind API to listen")
     yield BindApi(url, admin)
     server.should_exit = True
     withdraw(admin, namespace)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz").status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 class CliCallback:

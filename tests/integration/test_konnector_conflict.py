@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,15 @@ from reconciler.konnector import State
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer
 
-from .gitops import CLAIM_CRDS, POSTGRES, claim, eventually, git, make_tenant, quick_config
+from .gitops import (
+    CLAIM_CRDS,
+    POSTGRES,
+    claim,
+    eventually,
+    make_tenant,
+    person_clone,
+    quick_config,
+)
 
 API = "postgresqlinstances.anynines.com"
 KLUTCH_BIND = "klutch-bind"
@@ -54,14 +62,6 @@ def secret(name: str, namespace: str, kubeconfig: str, generate: bool = False) -
         "metadata": {key: name, "namespace": namespace},
         "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
     }
-
-
-@pytest.fixture
-def cleanup() -> Iterator[list[Callable[[], Any]]]:
-    undo: list[Callable[[], Any]] = []
-    yield undo
-    for step in reversed(undo):
-        step()
 
 
 def bind_app_side(app: Kube, kubeconfig: dict, cleanup: list[Callable[[], Any]]) -> str:
@@ -108,14 +108,7 @@ def test_a_konnector_for_another_consumer_namespace_is_refused_and_reported(
     # RepositoryBinding in consumer namespace C.
     url, bare = git_server.create()
     clone = tmp_path / "person"
-    subprocess.run(["git", "clone", "-q", str(bare), str(clone)], check=True, capture_output=True)
-    git(clone, "config", "user.name", "Human Developer")
-    git(clone, "config", "user.email", "human@example.com")
-    git(clone, "checkout", "-q", "-b", "main")
-    (clone / "README.md").write_text("team claims\n")
-    git(clone, "add", "-A")
-    git(clone, "commit", "-q", "-m", "start")
-    git(clone, "push", "-q", "origin", "main")
+    person_clone(str(bare), clone)
     person = replace(tenant, remote=bare, clone=clone)
     binder_c = (tmp_path / "binder.kubeconfig").read_text()
     app_kubeconfig = Path(stack.clusters["app"].kubeconfig).read_text()

@@ -53,7 +53,7 @@ from klutch_gitops.kube import NAMESPACES, SECRETS, Kube, KubeError, api_client
 from klutch_gitops.localstack.stack import StackInfo
 from reconciler.controllers.export_requests import ExportRequestController
 
-from .bindapi import browser_config, dev_id_token, offer, withdraw
+from .bindapi import browser_config, dev_id_token, healthy, offer, withdraw
 from .dexflows import browser
 from .gitops import eventually
 from .test_bind_browser import BindApi, CliCallback, choices, log_in
@@ -82,18 +82,11 @@ def bind_api(stack: StackInfo, clusters, tmp_path_factory: pytest.TempPathFactor
     url = f"http://127.0.0.1:{stack.bind_api_port}"
     server = serve_in_background(browser_config(stack, secret_dir))
     controller = ExportRequestController(admin).start()  # as the leading reconciler runs it
-    eventually(lambda: _healthy(url), "the bind API to listen")
+    eventually(lambda: healthy(url), "the bind API to listen")
     yield BindApi(url, admin)
     controller.stop()
     server.should_exit = True
     withdraw(admin, namespace)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz").status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 # -- kubectl-bind, step by step ---------------------------------------------------------------

@@ -9,14 +9,13 @@ import hmac
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import make_server
 
 import httpx
-import pytest
 import yaml
 from kubernetes import client
 
@@ -37,14 +36,6 @@ TEMPLATES = Resource(
 )
 PASSWORD = "platform-pa55word"
 HOOK_SECRET = "platform-hook-secret"
-
-
-@pytest.fixture
-def cleanup() -> Iterator[list[Callable[[], Any]]]:
-    undo: list[Callable[[], Any]] = []
-    yield undo
-    for step in reversed(undo):
-        step()
 
 
 def template(name: str, namespace: str) -> str:

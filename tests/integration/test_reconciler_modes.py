@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -58,15 +58,6 @@ TEMPLATES = {
 
 
 # -- fixtures and helpers ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def cleanup() -> Iterator[list[Callable[[], Any]]]:
-    """Things to undo after the test, last first (stopping reconcilers, killing processes)."""
-    undo: list[Callable[[], Any]] = []
-    yield undo
-    for step in reversed(undo):
-        step()
 
 
 @pytest.fixture
