@@ -225,6 +225,9 @@ def test_removed_claim_holds_its_finalizer_until_upstream_is_gone(tenant: Tenant
 def test_deletion_protection_refuses_and_reports(tenant: Tenant) -> None:
     tenant.push({"claims/db.yaml": claim("db", tenant.namespace)})
     eventually(lambda: tenant.app.get(POSTGRES, tenant.namespace, "db"), "the App copy")
+    # the Control Plane copy may follow a pass later (the namespace mapping); without it the
+    # claim leaves Git before it was ever there
+    eventually(lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db"), "the CP copy")
     tenant.app.patch(
         POSTGRES,
         tenant.namespace,
