@@ -46,10 +46,10 @@ from bench.harness import (
 )
 from bench.report import Figure
 from klutch_gitops.config import LEASE_NAME
-from klutch_gitops.kube import NAMESPACES
-from klutch_gitops.localstack.processes import free_port
-from reconciler.leader import LEASES
-from reconciler.shards import ROLE_LABEL, shard_lease, shard_of
+from klutch_gitops.dev.localstack.processes import free_port
+from klutch_gitops.kube.client import NAMESPACES
+from reconciler.ha.leader import LEASES
+from reconciler.ha.shards import ROLE_LABEL, shard_lease, shard_of
 
 IDLE_IMPORTS = "klutch_gitops.cli, klutch_gitops.logs, klutch_gitops.config, reconciler.manager"
 SHARDS = 16

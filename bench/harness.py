@@ -18,10 +18,10 @@ import yaml
 
 from klutch_gitops.apis import mapped_namespace
 from klutch_gitops.consumer import bind_consumer, binder_kubeconfig
-from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
-from klutch_gitops.informer import Informer
-from klutch_gitops.kube import NAMESPACES, Kube, KubeError, Resource, api_client
-from klutch_gitops.localstack.stack import LocalStack, StackInfo
+from klutch_gitops.dev.localstack.stack import LocalStack, StackInfo
+from klutch_gitops.kube.client import NAMESPACES, Kube, KubeError, Resource, api_client
+from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
+from klutch_gitops.kube.informer import Informer
 
 CLAIM_CRDS = load_dev_claim_crds()
 POSTGRES = Resource("anynines.com", "v1", "postgresqlinstances", "PostgresqlInstance")

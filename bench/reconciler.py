@@ -57,10 +57,10 @@ from bench.harness import (
 )
 from bench.report import Figure, load_previous, percentile, render, save
 from klutch_gitops.config import Config, RepositorySpec, SecretRef
+from klutch_gitops.dev.localstack import binaries
+from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube import NAMESPACES, Kube
-from klutch_gitops.localstack import binaries
-from klutch_gitops.localstack.processes import free_port
+from klutch_gitops.kube.client import NAMESPACES, Kube
 from reconciler.manager import Reconciler
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"

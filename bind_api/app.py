@@ -41,7 +41,7 @@ from klutch_gitops.authz import may_bind
 from klutch_gitops.consumer import owner_of
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.exports import list_templates, offered
-from klutch_gitops.kube import NAMESPACES, Kube
+from klutch_gitops.kube.client import NAMESPACES, Kube
 from klutch_gitops.urls import (
     TENANT_TRANSPORTS,
     check_branch,

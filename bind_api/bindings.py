@@ -58,7 +58,7 @@ from klutch_gitops.exports import (
     request_status,
     template_api,
 )
-from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource
+from klutch_gitops.kube.client import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource
 
 BINDER_SECRET = "klutch-binder-kubeconfig"  # noqa: S105 - a Secret's name, not a password
 PROVIDER_PRETTY_NAME = "klutch-gitops"

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube import Kube, KubeError, Resource
+from klutch_gitops.kube.client import Kube, KubeError, Resource
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from bind_api.sessions import MIN_KEY_BYTES, SessionCodec
 from bind_api.web import BrowserLogin
 from klutch_gitops.config import SecretRef
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube import Kube, api_client
+from klutch_gitops.kube.client import Kube, api_client
 from klutch_gitops.oidc_client import http_client
 from klutch_gitops.serving import bounded_config
 

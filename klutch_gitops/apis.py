@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from klutch_gitops.kube import Resource
+from klutch_gitops.kube.client import Resource
 
 GROUP = "klutch.anynines.com"
 API_SERVICE_NAMESPACES = Resource(GROUP, "v1alpha1", "apiservicenamespaces", "APIServiceNamespace")

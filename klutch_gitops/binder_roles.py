@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube import Kube, KubeError, Resource
+from klutch_gitops.kube.client import Kube, KubeError, Resource
 
 ROLE_FILE = Path(__file__).resolve().parents[1] / "catalog" / "rbac" / "binder-roles.yaml"
 CLUSTER_ROLES = Resource(

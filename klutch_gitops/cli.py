@@ -17,8 +17,8 @@ from rich.table import Table
 
 from klutch_gitops import __version__
 from klutch_gitops.console import err, out, run_cli
-from klutch_gitops.localstack import binaries, daemon
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack import binaries, daemon
+from klutch_gitops.dev.localstack.stack import StackInfo
 
 app = typer.Typer(
     help="GitOps front door for Klutch data services.",
@@ -145,10 +145,10 @@ def local_provider(
 ) -> None:
     """LocalDatabase, LocalUser, LocalBackup and LocalRestore on a PostgreSQL server."""
     from klutch_gitops import logs
+    from klutch_gitops.dev.local_provider.provider import LocalProvider, bootstrap, serve_health
+    from klutch_gitops.dev.localstack.postgres import bin_dir
     from klutch_gitops.errors import KlutchError
-    from klutch_gitops.kube import Kube, api_client
-    from klutch_gitops.local_provider.provider import LocalProvider, bootstrap, serve_health
-    from klutch_gitops.localstack.postgres import bin_dir
+    from klutch_gitops.kube.client import Kube, api_client
 
     if postgres_host and postgres_password_file is None:
         raise KlutchError(
@@ -233,9 +233,9 @@ def plan(
 
     from klutch_gitops.config import load_config
     from klutch_gitops.errors import KlutchError
-    from klutch_gitops.kube import Kube, api_client
-    from reconciler.plan_io import Target, config_targets, run_plan
-    from reconciler.plan_render import render_json, render_markdown
+    from klutch_gitops.kube.client import Kube, api_client
+    from reconciler.review.plan_io import Target, config_targets, run_plan
+    from reconciler.review.plan_render import render_json, render_markdown
 
     if config and (
         control_plane_kubeconfig or consumer_namespace or app_kubeconfig or app_namespace
@@ -328,7 +328,7 @@ def dev_run(
     from bind_api.config import load_bind_api_config
     from bind_api.server import serve_in_background
     from klutch_gitops import logs
-    from reconciler.demo import TEAM, seed
+    from klutch_gitops.dev.demo import TEAM, seed
 
     with err.status("starting the local stack…") as spinner:
         result = daemon.up(state_dir, on_event=lambda line: spinner.update(line))

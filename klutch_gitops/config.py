@@ -116,7 +116,7 @@ class TokenRenewal:
 class LeaderElection:
     """One active reconciler among replicas, elected through a coordination.k8s.io Lease; with
     ``shards`` above 0, every replica reconciles the repositories of the shards whose Leases it
-    holds (``reconciler/shards.py``) and the leader runs only the cluster-wide controllers."""
+    holds (``reconciler/ha/shards.py``) and the leader runs only the cluster-wide controllers."""
 
     enabled: bool = False
     namespace: str = ""  # of the Lease on the Control Plane; required when enabled

@@ -31,8 +31,8 @@ from klutch_gitops.apis import (
     ROLES,
 )
 from klutch_gitops.binder_roles import CONSUMER_ROLE, ensure_cluster_role, role_binding
-from klutch_gitops.crds import version_snapshot
-from klutch_gitops.kube import NAMESPACES, Kube, Resource
+from klutch_gitops.kube.client import NAMESPACES, Kube, Resource
+from klutch_gitops.kube.crds import version_snapshot
 
 FIELD_MANAGER = "klutch-gitops-bind"
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")

@@ -14,7 +14,7 @@ from typing import Any
 
 from klutch_gitops.apis import API_SERVICE_EXPORTS, EXPORT_REQUESTS, TEMPLATES
 from klutch_gitops.consumer import export_from_crd
-from klutch_gitops.kube import Kube, KubeError
+from klutch_gitops.kube.client import Kube, KubeError
 
 SOURCE_HASH_ANNOTATION = "klutch.anynines.com/source-spec-hash"
 SUCCEEDED, FAILED = "Succeeded", "Failed"

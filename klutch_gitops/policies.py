@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube import Kube, KubeError, Resource
+from klutch_gitops.kube.client import Kube, KubeError, Resource
 
 POLICY_DIR = Path(__file__).resolve().parents[1] / "catalog" / "policies"
 _GROUP = "admissionregistration.k8s.io"

@@ -17,7 +17,7 @@ tenant already chooses the server and the CA, and it only names which name of th
 certificate is verified, so it reaches nothing more. ``disable-compression`` and ``preferences``
 change nothing here and are accepted so that ``kubectl config view --minify --flatten`` output
 is. Kubeconfig files that the platform team names in its own config are not tenant input and keep
-the library's loader (``klutch_gitops.kube.api_client`` with a Path).
+the library's loader (``klutch_gitops.kube.client.api_client`` with a Path).
 
 Errors name fields, never values: a token or key never reaches a message, a log or a status.
 """

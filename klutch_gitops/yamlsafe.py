@@ -27,7 +27,7 @@ _SYNTAX_FIX = "Fix the YAML at that line; an editor with YAML support or yamllin
 
 
 class DocumentLimits(Protocol):
-    """The bounds a file must stay within (``reconciler.desired.Limits`` is one)."""
+    """The bounds a file must stay within (``reconciler.sync.desired.Limits`` is one)."""
 
     @property
     def max_documents(self) -> int: ...

@@ -28,27 +28,27 @@ from pathlib import Path
 from klutch_gitops import git
 from klutch_gitops.apis import BINDER_KUBECONFIG_LABEL, REPOSITORY_BINDINGS
 from klutch_gitops.config import Config, PlatformSpec, RepositorySpec, from_repository_binding
-from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.informer import Informer
-from klutch_gitops.kube import EVENTS, SECRETS, Kube, KubeError, api_client
+from klutch_gitops.kube.client import EVENTS, SECRETS, Kube, KubeError, api_client
+from klutch_gitops.kube.crds import install_crds, load_crds
+from klutch_gitops.kube.informer import Informer
+from klutch_gitops.kube.workqueue import WorkQueue, run_workers
 from klutch_gitops.policies import install_policies, load_policies
 from klutch_gitops.urls import normalize_repo_url
-from klutch_gitops.workqueue import WorkQueue, run_workers
 from reconciler import metrics
-from reconciler.binding import Binding, Resolver
 from reconciler.controllers.export_requests import ExportRequestController
 from reconciler.controllers.namespaces import NamespaceController
-from reconciler.leader import LeaderElector, default_identity
-from reconciler.platform import PlatformSync
-from reconciler.repository import Key, RepositorySync, warning_event
-from reconciler.review import Reviewer
+from reconciler.controllers.tokens import KEY as KUBECONFIG_KEY
+from reconciler.controllers.tokens import TokenRenewer
+from reconciler.ha.leader import LeaderElector, default_identity
+from reconciler.ha.shards import ShardCoordinator
+from reconciler.review.pulls import Reviewer
 from reconciler.server import create_app, serve
-from reconciler.shards import ShardCoordinator
-from reconciler.sources import FileWatcher, Poller
-from reconciler.tokens import KEY as KUBECONFIG_KEY
-from reconciler.tokens import TokenRenewer
-from reconciler.webhooks import PullRequestEvent, PushEvent
+from reconciler.sync.binding import Binding, Resolver
+from reconciler.sync.platform import PlatformSync
+from reconciler.sync.repository import Key, RepositorySync, warning_event
+from reconciler.triggers.sources import FileWatcher, Poller
+from reconciler.triggers.webhooks import PullRequestEvent, PushEvent
 
 log = logging.getLogger(__name__)
 
@@ -418,7 +418,7 @@ class Reconciler:
 
     def _konnector_condition(self, spec: RepositorySpec, sync: RepositorySync, now: str) -> dict:
         """KonnectorConflict: a Klutch konnector serves one of the repository's kinds for another
-        consumer namespace (``reconciler/konnector.py``); a Warning Event when it starts or
+        consumer namespace (``reconciler/sync/konnector.py``); a Warning Event when it starts or
         changes."""
         conflicts = sync.conflicts
         message = "; ".join(f"{v.message}. Fix: {v.fix}" for _, v in sorted(conflicts.items()))

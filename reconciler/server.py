@@ -17,9 +17,9 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from klutch_gitops.serving import bounded_config, serve_in_thread
-from reconciler import webhooks
 from reconciler.metrics import exposition
-from reconciler.webhooks import Candidates, PullRequestEvent, PushEvent, webhook_router
+from reconciler.triggers import webhooks
+from reconciler.triggers.webhooks import Candidates, PullRequestEvent, PushEvent, webhook_router
 
 
 class Unauthorized(Exception):

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from kubernetes import client
 
-from klutch_gitops.localstack.stack import LocalStack, StackInfo
+from klutch_gitops.dev.localstack.stack import LocalStack, StackInfo
 from tests.gitserver import GitServer, running_git_server
 from tests.stack import admin_clients, running_stack
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from klutch_gitops.localstack.pki import issue, new_ca
+from klutch_gitops.dev.localstack.pki import issue, new_ca
 
 CHUNK = 64 * 1024
 

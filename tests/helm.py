@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.localstack import binaries
 
 CHART = Path(__file__).resolve().parents[1] / "charts" / "klutch-gitops"
 # The value sets of chart-testing's convention, shared by helm lint, helm template and the tests.

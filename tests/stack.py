@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from klutch_gitops.dev.localstack.stack import LocalStack, StackInfo, programs
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.localstack.stack import LocalStack, StackInfo, programs
 
 
 def running_stack(directory: Path, tier: str) -> Iterator[LocalStack]:

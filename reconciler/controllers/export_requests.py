@@ -29,9 +29,9 @@ from klutch_gitops.exports import (
     offered,
     request_status,
 )
-from klutch_gitops.informer import Informer
-from klutch_gitops.kube import CRDS, NAMESPACES, Kube
-from klutch_gitops.workqueue import WorkQueue, run_workers
+from klutch_gitops.kube.client import CRDS, NAMESPACES, Kube
+from klutch_gitops.kube.informer import Informer
+from klutch_gitops.kube.workqueue import WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
 

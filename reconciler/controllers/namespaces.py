@@ -25,9 +25,9 @@ from klutch_gitops.apis import (
 )
 from klutch_gitops.binder_roles import CLAIMED_SECRETS_ROLE, ensure_cluster_role, role_binding
 from klutch_gitops.consumer import binder_role
-from klutch_gitops.informer import Informer
-from klutch_gitops.kube import NAMESPACES, Kube, KubeError, Resource
-from klutch_gitops.workqueue import WorkQueue, run_workers
+from klutch_gitops.kube.client import NAMESPACES, Kube, KubeError, Resource
+from klutch_gitops.kube.informer import Informer
+from klutch_gitops.kube.workqueue import WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
 

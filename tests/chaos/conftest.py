@@ -15,8 +15,8 @@ import httpx
 import pytest
 from kubernetes import client
 
-from klutch_gitops.localstack.pki import Pki
-from klutch_gitops.localstack.stack import LocalStack, StackInfo
+from klutch_gitops.dev.localstack.pki import Pki
+from klutch_gitops.dev.localstack.stack import LocalStack, StackInfo
 from tests.integration.gitops import Tenant, make_tenant
 from tests.stack import admin_clients, running_stack
 

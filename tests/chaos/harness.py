@@ -38,10 +38,10 @@ import httpx
 import yaml
 
 from klutch_gitops.config import Bot, RepositorySpec
+from klutch_gitops.dev.localstack.processes import Process
 from klutch_gitops.failpoints import DIR_ENV, ENV
-from klutch_gitops.kube import Kube, KubeError
-from klutch_gitops.localstack.processes import Process
-from reconciler import objects
+from klutch_gitops.kube.client import Kube, KubeError
+from reconciler.sync import objects
 from tests.integration.gitops import POSTGRES, Tenant, eventually, git
 
 CLI = [sys.executable, "-m", "klutch_gitops.cli", "run"]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from klutch_gitops.kube import Kube
+from klutch_gitops.kube.client import Kube
 from tests.integration.gitops import POSTGRES, Tenant, claim, eventually, report_ready
 
 from .conftest import Faults

@@ -23,8 +23,8 @@ from bind_api.oidc import REFETCH_INTERVAL
 from bind_api.server import build_server
 from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.consumer import consumer_namespace
-from klutch_gitops.kube import NAMESPACES, SECRETS, Kube
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
 from tests.integration.bindapi import API, bind_api_config, cli, dev_id_token, offered_api, serving
 from tests.integration.gitops import eventually
 

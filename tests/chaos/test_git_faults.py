@@ -11,7 +11,7 @@ from pathlib import Path
 
 from klutch_gitops.config import Bot
 from klutch_gitops.git import Checkout
-from reconciler.writeback import write_back
+from reconciler.sync.writeback import write_back
 from tests.integration.gitops import POSTGRES, Tenant, claim, eventually, git, report_ready
 
 from .harness import (

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from kubernetes import client
 
-from klutch_gitops.kube import NAMESPACES, Kube
-from klutch_gitops.localstack.processes import free_port
-from klutch_gitops.localstack.stack import StackInfo
-from reconciler.leader import LEASES
-from reconciler.shards import ROLE_LABEL, shard_of
+from klutch_gitops.dev.localstack.processes import free_port
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import NAMESPACES, Kube
+from reconciler.ha.leader import LEASES
+from reconciler.ha.shards import ROLE_LABEL, shard_of
 from tests.integration.gitops import Tenant, claim, eventually, make_tenant, report_ready
 
 from .harness import (

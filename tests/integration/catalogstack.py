@@ -14,8 +14,8 @@ from typing import Any
 from kubernetes import client
 
 from klutch_gitops.catalog import load_compositions, load_xrds
-from klutch_gitops.crds import install_crds, load_dev_claim_crds
-from klutch_gitops.kube import CRDS, Kube, Resource
+from klutch_gitops.kube.client import CRDS, Kube, Resource
+from klutch_gitops.kube.crds import install_crds, load_dev_claim_crds
 
 from .gitops import eventually
 

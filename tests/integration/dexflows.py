@@ -9,7 +9,7 @@ from urllib.parse import urljoin
 
 import httpx
 
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.stack import StackInfo
 
 
 def browser(stack: StackInfo, follow_redirects: bool = False) -> httpx.Client:

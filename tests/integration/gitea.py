@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
+from klutch_gitops.dev.localstack import binaries
+from klutch_gitops.dev.localstack.processes import Process, free_port
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.localstack import binaries
-from klutch_gitops.localstack.processes import Process, free_port
 
 from .gitops import eventually
 

@@ -18,10 +18,10 @@ from kubernetes import client
 from klutch_gitops.apis import mapped_namespace
 from klutch_gitops.config import Config, GitCredentialsRef, RepositorySpec, SecretRef, WriteBack
 from klutch_gitops.consumer import bind_consumer, binder_kubeconfig
-from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
-from klutch_gitops.kube import Kube, Resource
-from klutch_gitops.localstack.processes import free_port
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.processes import free_port
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import Kube, Resource
+from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
 from reconciler.manager import Reconciler
 
 CLAIM_CRDS = load_dev_claim_crds()

@@ -15,11 +15,11 @@ import yaml
 from bind_api.bindings import BINDER_SECRET
 from bind_api.server import build_server
 from klutch_gitops.apis import API_SERVICE_NAMESPACES, REPOSITORY_BINDINGS, mapped_namespace
-from klutch_gitops.bind_client import SERVICE_BINDINGS
+from klutch_gitops.bind.client import SERVICE_BINDINGS
 from klutch_gitops.binder_roles import CLUSTER_ROLES
 from klutch_gitops.consumer import PROVIDER_SECRETS
-from klutch_gitops.kube import NAMESPACES, SECRETS, Kube
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer
 

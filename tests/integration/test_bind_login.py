@@ -17,12 +17,12 @@ import httpx
 import pytest
 
 from klutch_gitops import oidc_client
+from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.localstack.stack import StackInfo
 
 from .dexflows import browser, form
 
-CLI = [sys.executable, "-m", "klutch_gitops.bind_cli"]
+CLI = [sys.executable, "-m", "klutch_gitops.bind.cli"]
 
 
 @pytest.fixture

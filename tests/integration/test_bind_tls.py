@@ -12,9 +12,9 @@ from cryptography import x509
 
 from bind_api.config import load_bind_api_config
 from bind_api.server import build_server
-from klutch_gitops.localstack.pki import Pki
-from klutch_gitops.localstack.processes import free_port
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.pki import Pki
+from klutch_gitops.dev.localstack.processes import free_port
+from klutch_gitops.dev.localstack.stack import StackInfo
 
 from .bindapi import API, cli, dev_id_token, offered_api, serving
 

@@ -22,11 +22,11 @@ from klutch_gitops.apis import (
     REPOSITORY_BINDINGS,
 )
 from klutch_gitops.consumer import PROVIDER_SECRETS
-from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds, version_snapshot
+from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.exports import FAILED, SUCCEEDED
-from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, api_client
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.kube.client import CRDS, NAMESPACES, SECRETS, Kube, KubeError, api_client
+from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds, version_snapshot
 from reconciler.controllers.namespaces import NamespaceController
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer

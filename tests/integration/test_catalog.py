@@ -18,8 +18,8 @@ import pytest
 from kubernetes import client
 
 from klutch_gitops.catalog import load_compositions, load_examples, load_templates, load_xrds
-from klutch_gitops.crds import install_crds, load_crds
-from klutch_gitops.kube import CRDS, NAMESPACES, Kube, KubeError, Resource
+from klutch_gitops.kube.client import CRDS, NAMESPACES, Kube, KubeError, Resource
+from klutch_gitops.kube.crds import install_crds, load_crds
 
 from .catalogstack import catalog_offered, conditions
 from .test_clusters import eventually

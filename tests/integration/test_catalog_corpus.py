@@ -31,7 +31,7 @@ import pytest
 from kubernetes import client
 
 from klutch_gitops.catalog import load_xrds
-from klutch_gitops.kube import NAMESPACES, Kube, KubeError, Resource
+from klutch_gitops.kube.client import NAMESPACES, Kube, KubeError, Resource
 
 from .catalogstack import catalog_offered
 from .gitops import eventually

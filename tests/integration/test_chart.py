@@ -27,14 +27,22 @@ from klutch_gitops.apis import (
 from klutch_gitops.binder_roles import CLAIMED_SECRETS_ROLE, CONSUMER_ROLE
 from klutch_gitops.config import Config, PlatformSpec, TokenRenewal
 from klutch_gitops.consumer import PROVIDER_SECRETS
-from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
-from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource, api_client
-from klutch_gitops.localstack import binaries
-from klutch_gitops.localstack.processes import free_port
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack import binaries
+from klutch_gitops.dev.localstack.processes import free_port
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import (
+    CRDS,
+    NAMESPACES,
+    SECRETS,
+    Kube,
+    KubeError,
+    Resource,
+    api_client,
+)
+from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
+from reconciler.controllers.tokens import binder_user
 from reconciler.manager import Reconciler
-from reconciler.platform import PlatformSync
-from reconciler.tokens import binder_user
+from reconciler.sync.platform import PlatformSync
 from tests.conftest import TwinNamespace
 from tests.gitserver import GitServer
 from tests.helm import VALUE_SETS, render

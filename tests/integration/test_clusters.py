@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from klutch_gitops.localstack.pki import Pki
-from klutch_gitops.localstack.stack import LocalStack, StackInfo
+from klutch_gitops.dev.localstack.pki import Pki
+from klutch_gitops.dev.localstack.stack import LocalStack, StackInfo
 from tests.conftest import TwinNamespace
 
 CLUSTERS = ("app", "control-plane")

@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from klutch_gitops.crds import install_crds, load_crds
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.kube.crds import install_crds, load_crds
 from tests.conftest import TwinNamespace
 
 BIND = "klutch.anynines.com/v1alpha1"

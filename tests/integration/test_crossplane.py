@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from klutch_gitops.localstack import binaries, crossplane
+from klutch_gitops.dev.localstack import binaries, crossplane
 from tests.conftest import TwinNamespace
 
 from .test_clusters import eventually, status_of

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.localstack import binaries
-from klutch_gitops.localstack.processes import cmdline, read_pid
-from klutch_gitops.localstack.stack import StackInfo, StatePaths
+from klutch_gitops.dev.localstack import binaries
+from klutch_gitops.dev.localstack.processes import cmdline, read_pid
+from klutch_gitops.dev.localstack.stack import StackInfo, StatePaths
 
 CLI = [sys.executable, "-m", "klutch_gitops.cli"]
 LOCAL_BACKEND = ("postgres", "local-provider")  # the PostgreSQL server and its provider

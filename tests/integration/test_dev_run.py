@@ -12,8 +12,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from klutch_gitops.kube import SECRETS, Kube, Resource, api_client
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import SECRETS, Kube, Resource, api_client
 
 from .catalogstack import conditions
 from .gitops import eventually

@@ -10,7 +10,7 @@ from joserfc import jwt
 from joserfc.errors import BadSignatureError, InvalidClaimError
 from joserfc.jwk import KeySet, RSAKey
 
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.stack import StackInfo
 
 from .dexflows import log_in_in_a_browser, password_grant
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from klutch_gitops.kube import EVENTS, SECRETS
-from reconciler import objects
+from klutch_gitops.kube.client import EVENTS, SECRETS
+from reconciler.sync import objects
 
 from ..argocd_health import argocd_health
 from .gitops import POSTGRES, Tenant, claim, eventually, git, make_tenant, ready_status

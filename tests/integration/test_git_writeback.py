@@ -22,7 +22,7 @@ from klutch_gitops.config import Bot
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Checkout, Credentials, ls_remote
 from klutch_gitops.manifests import Identity, Rejection
-from reconciler.writeback import (
+from reconciler.sync.writeback import (
     Mode,
     ObservedStatus,
     Summary,

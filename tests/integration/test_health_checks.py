@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from klutch_gitops.kube import CRDS
+from klutch_gitops.kube.client import CRDS
 
 from ..argocd_health import argocd_health
 from ..flux_health import flux_health

@@ -48,11 +48,19 @@ from kubernetes import client
 
 from bind_api.bindings import BINDER_SECRET, cluster_binding, secret
 from klutch_gitops.apis import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, CLUSTER_BINDINGS
-from klutch_gitops.bind_client import SERVICE_BINDINGS
-from klutch_gitops.crds import install_crds, load_crds
-from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource, api_client
+from klutch_gitops.bind.client import SERVICE_BINDINGS
+from klutch_gitops.kube.client import (
+    CRDS,
+    NAMESPACES,
+    SECRETS,
+    Kube,
+    KubeError,
+    Resource,
+    api_client,
+)
+from klutch_gitops.kube.crds import install_crds, load_crds
 from reconciler.manager import Reconciler
-from reconciler.objects import owned_by_binding
+from reconciler.sync.objects import owned_by_binding
 
 from .gitops import POSTGRES, Tenant, claim, eventually, make_tenant, ready_status
 
@@ -414,7 +422,7 @@ def test_the_konnector_runs_beside_the_reconciler_on_our_rbac_alone(
     )
 
     # The App CRD carries the controller owner reference to the APIServiceBinding, and Klutch's
-    # IsOwnedByBinding (reconciler/objects.py replicates it) accepts it on the running cluster.
+    # IsOwnedByBinding (reconciler/sync/objects.py replicates it) accepts it on the running cluster.
     binding = tenant.app.get(SERVICE_BINDINGS, None, API)
     crd = eventually(
         lambda: (

@@ -31,13 +31,13 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.apis import REPOSITORY_BINDINGS, mapped_namespace
-from klutch_gitops.bind_client import SERVICE_BINDINGS
+from klutch_gitops.bind.client import SERVICE_BINDINGS
 from klutch_gitops.consumer import bind_consumer, binder_kubeconfig
-from klutch_gitops.crds import install_crds, load_crds
-from klutch_gitops.kube import EVENTS, NAMESPACES, SECRETS, Kube
-from klutch_gitops.localstack.stack import StackInfo
-from reconciler.konnector import State
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import EVENTS, NAMESPACES, SECRETS, Kube
+from klutch_gitops.kube.crds import install_crds, load_crds
 from reconciler.manager import Reconciler
+from reconciler.sync.konnector import State
 from tests.gitserver import GitServer
 
 from .gitops import (

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.kube import FIELD_MANAGER, Kube, KubeError, api_client
-from klutch_gitops.localstack import binaries
-from klutch_gitops.localstack.stack import StackInfo
-from reconciler.objects import REPOSITORY_LABEL
+from klutch_gitops.dev.localstack import binaries
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import FIELD_MANAGER, Kube, KubeError, api_client
+from reconciler.sync.objects import REPOSITORY_LABEL
 
 from .gitops import POSTGRES, Tenant, claim, eventually, make_tenant
 from .test_konnector import Konnector, provide

@@ -45,12 +45,12 @@ import yaml
 from bind_api.bindings import unbind
 from bind_api.server import serve_in_background
 from klutch_gitops.apis import API_SERVICE_EXPORTS, EXPORT_REQUESTS
-from klutch_gitops.bind_client import SERVICE_BINDINGS as API_SERVICE_BINDINGS
+from klutch_gitops.bind.client import SERVICE_BINDINGS as API_SERVICE_BINDINGS
 from klutch_gitops.consumer import recorded_groups
-from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
+from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.exports import FAILED, SUCCEEDED
-from klutch_gitops.kube import NAMESPACES, SECRETS, Kube, KubeError, api_client
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, KubeError, api_client
+from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
 from reconciler.controllers.export_requests import ExportRequestController
 
 from .bindapi import browser_config, dev_id_token, healthy, offer, withdraw

@@ -16,12 +16,12 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.config import Config, LeaderElection
-from klutch_gitops.kube import Kube
-from klutch_gitops.localstack.processes import free_port
-from klutch_gitops.localstack.stack import StackInfo
-from reconciler.leader import LEASES, LeaderElector, format_time
+from klutch_gitops.dev.localstack.processes import free_port
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import Kube
+from reconciler.ha.leader import LEASES, LeaderElector, format_time
+from reconciler.ha.shards import GROUP_LABEL, ROLE_LABEL, ShardCoordinator, member_lease
 from reconciler.manager import STANDBY, Reconciler
-from reconciler.shards import GROUP_LABEL, ROLE_LABEL, ShardCoordinator, member_lease
 from tests.conftest import TwinNamespace
 from tests.helm import VALUE_SETS, render
 

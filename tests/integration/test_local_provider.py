@@ -18,8 +18,7 @@ import psycopg
 import pytest
 from kubernetes import client
 
-from klutch_gitops.kube import NAMESPACES, SECRETS, Kube, Resource
-from klutch_gitops.local_provider.api import (
+from klutch_gitops.dev.local_provider.api import (
     BACKUPS,
     DATABASES,
     EXTERNAL_NAME,
@@ -29,9 +28,10 @@ from klutch_gitops.local_provider.api import (
     USERS,
     conditions_of,
 )
-from klutch_gitops.local_provider.provider import POLL_INTERVAL, bootstrap
-from klutch_gitops.localstack.postgres import PostgresInfo
-from klutch_gitops.localstack.stack import LOCAL_PROVIDER_CONFIG, StackInfo
+from klutch_gitops.dev.local_provider.provider import POLL_INTERVAL, bootstrap
+from klutch_gitops.dev.localstack.postgres import PostgresInfo
+from klutch_gitops.dev.localstack.stack import LOCAL_PROVIDER_CONFIG, StackInfo
+from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, Resource
 
 from .gitops import eventually
 

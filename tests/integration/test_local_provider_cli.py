@@ -18,8 +18,7 @@ import psycopg
 import pytest
 from kubernetes import client
 
-from klutch_gitops.kube import SECRETS, Kube
-from klutch_gitops.local_provider.api import (
+from klutch_gitops.dev.local_provider.api import (
     DATABASES,
     FIELD_MANAGER,
     IN_USE_FINALIZER,
@@ -27,9 +26,10 @@ from klutch_gitops.local_provider.api import (
     conditions_of,
     load_crds,
 )
-from klutch_gitops.localstack.postgres import PostgresInfo
-from klutch_gitops.localstack.processes import Process, cmdline
-from klutch_gitops.localstack.stack import LOCAL_PROVIDER_CONFIG, LocalStack, StackInfo
+from klutch_gitops.dev.localstack.postgres import PostgresInfo
+from klutch_gitops.dev.localstack.processes import Process, cmdline
+from klutch_gitops.dev.localstack.stack import LOCAL_PROVIDER_CONFIG, LocalStack, StackInfo
+from klutch_gitops.kube.client import SECRETS, Kube
 
 from .gitops import eventually
 

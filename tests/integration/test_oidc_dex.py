@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from bind_api.oidc import OIDCVerifier, TokenError
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.stack import StackInfo
 
 from .dexflows import log_in_in_a_browser, password_grant
 

@@ -15,11 +15,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from klutch_gitops.kube import Kube, api_client
-from klutch_gitops.localstack.stack import StackInfo
-from reconciler import objects
-from reconciler.plan import Action, Outcome
-from reconciler.plan_io import Target, run_plan
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import Kube, api_client
+from reconciler.review.plan import Action, Outcome
+from reconciler.review.plan_io import Target, run_plan
+from reconciler.sync import objects
 
 from .catalogstack import GROUP, TRANSITION, local_claim_crds, local_instance
 from .gitops import POSTGRES, Tenant, eventually, git, make_tenant

@@ -20,8 +20,8 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.config import GitCredentialsRef, PlatformSpec, SecretRef
-from klutch_gitops.kube import Kube, Resource
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import Kube, Resource
 from reconciler.manager import Reconciler
 
 from .gitops import POSTGRES, claim, eventually, make_tenant, quick_config

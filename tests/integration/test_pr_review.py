@@ -13,8 +13,8 @@ import pytest
 from kubernetes import client
 
 from klutch_gitops.config import GitCredentialsRef, SecretRef
-from klutch_gitops.localstack.stack import StackInfo
-from reconciler.review import context, marker
+from klutch_gitops.dev.localstack.stack import StackInfo
+from reconciler.review.pulls import context, marker
 
 from .catalogstack import TRANSITION, local_claim_crds, local_instance
 from .gitea import Gitea, running_gitea

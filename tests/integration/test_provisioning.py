@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from kubernetes import client
 
-from klutch_gitops.kube import SECRETS, Kube, Resource
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import SECRETS, Kube, Resource
 
 from .catalogstack import conditions, local_claim_crds
 from .gitops import Tenant, eventually, make_tenant

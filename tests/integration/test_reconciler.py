@@ -13,8 +13,8 @@ import httpx
 import pytest
 import yaml
 
-from klutch_gitops.kube import EVENTS, SECRETS, KubeError
-from reconciler import objects
+from klutch_gitops.kube.client import EVENTS, SECRETS, KubeError
+from reconciler.sync import objects
 
 from .gitops import (
     POSTGRES,

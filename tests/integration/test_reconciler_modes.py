@@ -21,13 +21,13 @@ from kubernetes import client
 
 from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.config import Config, PlatformSpec, load_config
-from klutch_gitops.kube import CRDS, Kube, KubeError, Resource
-from klutch_gitops.localstack.processes import free_port
-from klutch_gitops.localstack.stack import StackInfo
-from reconciler import objects
+from klutch_gitops.dev.localstack.processes import free_port
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import CRDS, Kube, KubeError, Resource
 from reconciler.manager import Reconciler
-from reconciler.platform import PLATFORM_LABEL, source_id
-from reconciler.writeback import TRAILER_RECONCILER
+from reconciler.sync import objects
+from reconciler.sync.platform import PLATFORM_LABEL, source_id
+from reconciler.sync.writeback import TRAILER_RECONCILER
 from tests.gitserver import GitServer
 
 from .gitops import (

@@ -24,11 +24,11 @@ from kubernetes import client
 from bind_api.bindings import BINDER_SECRET
 from klutch_gitops.config import Config, LeaderElection, RepositorySpec, SecretRef
 from klutch_gitops.consumer import binder_kubeconfig
-from klutch_gitops.localstack.processes import free_port
-from klutch_gitops.localstack.stack import StackInfo
-from reconciler.leader import LEASES
+from klutch_gitops.dev.localstack.processes import free_port
+from klutch_gitops.dev.localstack.stack import StackInfo
+from reconciler.ha.leader import LEASES
+from reconciler.ha.shards import FETCH_ANNOTATION, ROLE_LABEL, shard_lease, shard_of
 from reconciler.manager import Reconciler
-from reconciler.shards import FETCH_ANNOTATION, ROLE_LABEL, shard_lease, shard_of
 from tests.conftest import TwinNamespace
 
 from .gitops import POSTGRES, WEBHOOK_SECRET, Tenant, claim, eventually, git, make_tenant

@@ -9,7 +9,7 @@ import pytest
 
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import ls_remote
-from reconciler.sources import FileWatcher, Poller
+from reconciler.triggers.sources import FileWatcher, Poller
 
 WAIT = 10.0  # upper bound for an expected event; never asserted as a duration
 QUIET = 1.0  # how long "nothing happens" is observed

@@ -23,11 +23,11 @@ from klutch_gitops.apis import (
 )
 from klutch_gitops.config import TokenRenewal
 from klutch_gitops.consumer import FIELD_MANAGER, SERVICE_ACCOUNTS, binder_kubeconfig
-from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
-from klutch_gitops.kube import EVENTS, NAMESPACES, SECRETS, Kube, KubeError, api_client
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import EVENTS, NAMESPACES, SECRETS, Kube, KubeError, api_client
+from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
+from reconciler.controllers.tokens import INVALID_REASON, TokenRenewer, TokenTimes, token_times
 from reconciler.manager import Reconciler
-from reconciler.tokens import INVALID_REASON, TokenRenewer, TokenTimes, token_times
 from tests.gitserver import GitServer
 
 from .gitops import POSTGRES, claim, eventually, git, quick_config
@@ -194,7 +194,7 @@ def test_a_broken_binder_kubeconfig_is_reported_and_skipped_while_another_is_ren
     old_token = yaml.safe_load(old)["users"][0]["user"]["token"]
     renewer = TokenRenewer(admin, SETTINGS)
     try:
-        with caplog.at_level(logging.WARNING, logger="reconciler.tokens"):
+        with caplog.at_level(logging.WARNING, logger="reconciler.controllers.tokens"):
             renewer.start()
             eventually(lambda: token_in(admin, good) != old_token, "the good Secret's renewal")
             assert_renewed(admin, good, old_token)

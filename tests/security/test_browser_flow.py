@@ -36,10 +36,10 @@ from klutch_gitops.apis import TEMPLATES
 from klutch_gitops.authz import ALLOWED_GROUPS_ANNOTATION
 from klutch_gitops.config import SecretRef
 from klutch_gitops.consumer import PROVIDER_SECRETS
-from klutch_gitops.crds import install_crds, load_crds, load_dev_claim_crds
-from klutch_gitops.kube import NAMESPACES, SECRETS, Kube
-from klutch_gitops.localstack.processes import free_port
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.processes import free_port
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
+from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
 from tests.integration.bindapi import serving
 from tests.integration.dexflows import browser
 from tests.integration.gitops import eventually

@@ -31,8 +31,16 @@ import pytest
 import yaml
 from kubernetes import client
 
-from klutch_gitops.kube import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource, api_client
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import (
+    CRDS,
+    NAMESPACES,
+    SECRETS,
+    Kube,
+    KubeError,
+    Resource,
+    api_client,
+)
 from tests.integration.catalogstack import conditions
 from tests.integration.gitops import Tenant, eventually, make_tenant
 

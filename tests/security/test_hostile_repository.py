@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from klutch_gitops.kube import SECRETS
+from klutch_gitops.kube.client import SECRETS
 from tests.integration.gitops import (
     POSTGRES,
     WEBHOOK_SECRET,

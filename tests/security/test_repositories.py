@@ -36,11 +36,11 @@ from kubernetes import client
 from bind_api.server import build_server
 from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.consumer import consumer_namespace
-from klutch_gitops.crds import install_crds, load_crds
+from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Checkout, Credentials, git_environment, ls_remote, ssh_command
-from klutch_gitops.kube import NAMESPACES, SECRETS, Kube, KubeError
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, KubeError
+from klutch_gitops.kube.crds import install_crds, load_crds
 from klutch_gitops.oidc_client import unverified_claims
 from reconciler.manager import Reconciler
 from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving

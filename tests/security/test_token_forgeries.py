@@ -25,8 +25,8 @@ from joserfc.jwk import RSAKey
 from kubernetes import client
 
 from bind_api.server import build_server
-from klutch_gitops.kube import NAMESPACES, Kube
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.kube.client import NAMESPACES, Kube
 from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving
 
 

@@ -1,6 +1,6 @@
 """Hostile webhooks against two sharded reconciler replicas on the real Control Plane.
 
-Every replica takes webhooks and reads every registration (``reconciler/shards.py``): a request
+Every replica takes webhooks and reads every registration (``reconciler/ha/shards.py``): a request
 that reaches a replica for another replica's repository used to make it resolve that
 registration's whole binding (kubeconfigs, Git credentials, forge token) before the signature was
 checked — anyone naming a URL could have any replica load any tenant's credentials. Now an
@@ -23,11 +23,11 @@ import pytest
 from kubernetes import client
 
 from klutch_gitops.config import Config, LeaderElection, SecretRef
-from klutch_gitops.localstack.processes import free_port
-from klutch_gitops.localstack.stack import StackInfo
-from reconciler.leader import LEASES
+from klutch_gitops.dev.localstack.processes import free_port
+from klutch_gitops.dev.localstack.stack import StackInfo
+from reconciler.ha.leader import LEASES
+from reconciler.ha.shards import FETCH_ANNOTATION, shard_lease, shard_of
 from reconciler.manager import Reconciler
-from reconciler.shards import FETCH_ANNOTATION, shard_lease, shard_of
 from tests.conftest import TwinNamespace
 from tests.integration.gitops import Tenant, eventually, make_tenant
 

@@ -28,10 +28,10 @@ import pytest
 from kubernetes import client
 
 from klutch_gitops.config import GitCredentialsRef, RepositorySpec, SecretRef
-from klutch_gitops.localstack.stack import StackInfo
+from klutch_gitops.dev.localstack.stack import StackInfo
 from reconciler import metrics
 from reconciler.manager import Reconciler
-from reconciler.review import context, marker
+from reconciler.review.pulls import context, marker
 from tests.integration.gitea import Gitea, running_gitea
 from tests.integration.gitops import Origin, Tenant, eventually, git, make_tenant
 from tests.security.listener import Listener, listening

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from klutch_gitops.manifests import Export, Identity
 from klutch_gitops.yamlsafe import load_documents
-from reconciler.desired import Limits
+from reconciler.sync.desired import Limits
 
 GROUP = "anynines.com"
 API_VERSION = f"{GROUP}/v1"

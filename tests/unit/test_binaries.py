@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.localstack import binaries
 
 ALL = (
     "etcd",

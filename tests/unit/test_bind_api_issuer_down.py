@@ -13,7 +13,7 @@ from kubernetes import client
 from bind_api.app import ISSUER_RETRY_AFTER, create_app
 from bind_api.config import BindApiConfig
 from bind_api.oidc import REFETCH_INTERVAL, IssuerUnavailable
-from klutch_gitops.kube import Kube
+from klutch_gitops.kube.client import Kube
 from tests.unit.test_oidc import (
     AUDIENCE,
     ISSUER,

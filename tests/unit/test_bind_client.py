@@ -11,8 +11,8 @@ import httpx
 import pytest
 import yaml
 
-from klutch_gitops import bind_client
-from klutch_gitops.bind_cli import (
+from klutch_gitops.bind import client as bind_client
+from klutch_gitops.bind.cli import (
     bearer_token,
     claims_for,
     confirmation_needed,
@@ -21,9 +21,9 @@ from klutch_gitops.bind_cli import (
     repository_body,
     write_gitops,
 )
-from klutch_gitops.bind_client import BindClient
+from klutch_gitops.bind.client import BindClient
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube import NAMESPACES, SECRETS
+from klutch_gitops.kube.client import NAMESPACES, SECRETS
 
 SECRETS_CLAIM = {
     "group": "",

@@ -21,9 +21,9 @@ from klutch_gitops.catalog import (
     load_xrds,
 )
 from klutch_gitops.consumer import PROVIDER_SECRETS
-from klutch_gitops.crds import CRD_DIR
 from klutch_gitops.errors import KlutchError
-from reconciler.schema import CompiledSchema, validate
+from klutch_gitops.kube.crds import CRD_DIR
+from reconciler.sync.schema import CompiledSchema, validate
 
 GROUP = "anynines.com"
 # claim kind -> (plural, default composition, every composition Klutch names for it)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from klutch_gitops.crds import CRD_DIR, load_crds
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.kube.crds import CRD_DIR, load_crds
 
 BIND = "klutch.anynines.com"
 # file name -> (group, kind, plural)

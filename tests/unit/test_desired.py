@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from klutch_gitops.manifests import Export, Identity, Location, Rejection
-from reconciler import desired
-from reconciler.desired import DesiredState, Limits, load_desired
+from reconciler.sync import desired
+from reconciler.sync.desired import DesiredState, Limits, load_desired
 
 STRING = {"type": "string"}
 POSTGRES_SCHEMA: dict[str, Any] = {

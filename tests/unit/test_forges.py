@@ -9,7 +9,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from reconciler.forges import (
+from reconciler.review.forges import (
     FORGES,
     MAX_DESCRIPTION,
     ForgeError,

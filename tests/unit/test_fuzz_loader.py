@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from klutch_gitops.yamlsafe import Document, YamlError, load_documents
-from reconciler.desired import DesiredState, load_desired
+from reconciler.sync.desired import DesiredState, load_desired
 from tests.unit.fuzzgen import (
     EXPORTS,
     FUZZ,

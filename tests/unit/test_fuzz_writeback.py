@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from klutch_gitops.manifests import Claim
 from klutch_gitops.yamlsafe import load_documents
-from reconciler.desired import DesiredState, load_desired
-from reconciler.writeback import Mode, ObservedStatus, Summary, render_changes
+from reconciler.sync.desired import DesiredState, load_desired
+from reconciler.sync.writeback import Mode, ObservedStatus, Summary, render_changes
 from tests.unit.fuzzgen import (
     EXPORTS,
     FUZZ,

@@ -6,7 +6,7 @@ import base64
 import hashlib
 from pathlib import Path
 
-from klutch_gitops.localstack import dex, ldap
+from klutch_gitops.dev.localstack import dex, ldap
 
 ALICE = ldap.User("alice@example.com", "alice", "s3cret-pass", ("team-a", "admins"))
 BOB = ldap.User("bob@example.com", "bob", "other-pass", ("team-a",))

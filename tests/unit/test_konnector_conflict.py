@@ -1,4 +1,4 @@
-"""The konnector conflict decision (reconciler/konnector.py).
+"""The konnector conflict decision (reconciler/sync/konnector.py).
 
 Klutch's konnector takes its consumer namespace from the current context of the kubeconfig in the
 Secret its APIServiceBinding names (anynines/klutchio bind/pkg/konnector/konnector_reconcile.go
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import yaml
 
-from reconciler.konnector import SecretRef, State, context_namespace, decide, secret_ref
+from reconciler.sync.konnector import SecretRef, State, context_namespace, decide, secret_ref
 
 NAME = "postgresqlinstances.anynines.com"
 

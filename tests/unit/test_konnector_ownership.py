@@ -9,8 +9,8 @@ bind/pkg/konnector/controllers/cluster/servicebinding/servicebinding_reconcile.g
 
 from __future__ import annotations
 
-from reconciler import objects
 from reconciler.controllers.namespaces import role_rules
+from reconciler.sync import objects
 
 BINDING = {
     "apiVersion": "klutch.anynines.com/v1alpha1",

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from klutch_gitops import kube
-from klutch_gitops.kube import TokenFileReloader, api_client
+from klutch_gitops.kube import client as kube
+from klutch_gitops.kube.client import TokenFileReloader, api_client
 
 
 def kubeconfig(tmp_path: Path, user: dict) -> Path:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from reconciler.leader import Action, decide, format_time, lease_spec, parse_time
+from reconciler.ha.leader import Action, decide, format_time, lease_spec, parse_time
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 

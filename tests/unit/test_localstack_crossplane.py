@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.localstack import crossplane
-from klutch_gitops.localstack.pki import KeyPair
+from klutch_gitops.dev.localstack import crossplane
+from klutch_gitops.dev.localstack.pki import KeyPair
 
 
 @pytest.fixture

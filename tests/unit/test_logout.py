@@ -17,7 +17,8 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from klutch_gitops import bind_cli, oidc_client
+from klutch_gitops import oidc_client
+from klutch_gitops.bind import cli as bind_cli
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.oidc_client import Tokens
 

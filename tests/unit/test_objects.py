@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from klutch_gitops.informer import managers
+from klutch_gitops.kube.informer import managers
 from klutch_gitops.manifests import Claim, Identity, Location
-from reconciler import objects
+from reconciler.sync import objects
 
 
 def make_claim(plan: str = "postgresql-single-nano", **meta: object) -> Claim:

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from klutch_gitops import bind_cli, oidc_client
+from klutch_gitops import oidc_client
+from klutch_gitops.bind import cli as bind_cli
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.oidc_client import CallbackRefused, DeviceCode, Provider, Tokens
 

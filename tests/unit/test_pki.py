@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from klutch_gitops.localstack.pki import new_ca, write_pki
+from klutch_gitops.dev.localstack.pki import new_ca, write_pki
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,7 @@ from typing import Any
 import pytest
 
 from klutch_gitops.manifests import Claim, Identity, Location, Rejection
-from reconciler import objects
-from reconciler.desired import DesiredState
-from reconciler.plan import (
+from reconciler.review.plan import (
     ABSENT,
     Action,
     BindingPlan,
@@ -27,7 +25,7 @@ from reconciler.plan import (
     order,
     with_checks,
 )
-from reconciler.plan_render import (
+from reconciler.review.plan_render import (
     FOLD_LINES,
     MAX_COMMENT,
     diff_lines,
@@ -35,6 +33,8 @@ from reconciler.plan_render import (
     render_json,
     render_markdown,
 )
+from reconciler.sync import objects
+from reconciler.sync.desired import DesiredState
 
 NS = "team"
 

@@ -13,9 +13,9 @@ import pytest
 
 from klutch_gitops.catalog import load_examples
 from klutch_gitops.errors import KlutchError
-from reconciler.desired import load_desired
-from reconciler.plan import Action
-from reconciler.plan_io import Target, _location, catalog_exports, run_plan
+from reconciler.review.plan import Action
+from reconciler.review.plan_io import Target, _location, catalog_exports, run_plan
+from reconciler.sync.desired import load_desired
 
 CLI = [sys.executable, "-m", "klutch_gitops.cli"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.localstack.processes import (
+from klutch_gitops.dev.localstack.processes import (
     Process,
     free_port,
     kill_from_pid_file,
@@ -67,7 +67,7 @@ def test_children_die_when_their_owner_is_killed(tmp_path: Path) -> None:
     owner_code = textwrap.dedent(f"""
         import time
         from pathlib import Path
-        from klutch_gitops.localstack.processes import Process
+        from klutch_gitops.dev.localstack.processes import Process
         p = Process("child", ["sleep", "60"], Path({str(tmp_path / "c.log")!r}),
                     Path({str(tmp_path / "c.pid")!r}))
         p.start()

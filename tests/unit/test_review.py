@@ -13,10 +13,10 @@ import pytest
 
 from klutch_gitops.config import RepositorySpec, SecretRef
 from klutch_gitops.errors import KlutchError
-from reconciler.binding import Binding
-from reconciler.forges import State
-from reconciler.review import Reviewer, context, error_comment, marker
-from reconciler.webhooks import PullRequestEvent
+from reconciler.review.forges import State
+from reconciler.review.pulls import Reviewer, context, error_comment, marker
+from reconciler.sync.binding import Binding
+from reconciler.triggers.webhooks import PullRequestEvent
 
 API = "https://api.github.com/repos/org/claims"
 TOKEN = "t0ken"
@@ -69,7 +69,7 @@ def test_a_pull_request_is_queued_only_for_the_registrations_it_verified_for(
     }
     reviewer = Reviewer(lambda: registrations, tmp_path)
     verified = frozenset({"a", "b", "develop", "no-token", "local", "gone"})
-    with caplog.at_level("INFO", logger="reconciler.review"):
+    with caplog.at_level("INFO", logger="reconciler.review.pulls"):
         assert reviewer.submit(event("c" * 40, registrations=verified)) == 2
     assert sorted(reviewer._pending) == [("a", 7), ("b", 7)]  # never "unverified"
     assert len(reviewer.queue) == 2

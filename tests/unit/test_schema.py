@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from jsonschema.exceptions import SchemaError
 
-from reconciler.schema import CompiledSchema, field_path, to_json_schema, validate
+from reconciler.sync.schema import CompiledSchema, field_path, to_json_schema, validate
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 
-from klutch_gitops.localstack.processes import free_port
+from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.serving import bounded_config, serve_in_thread
 
 DEADLINE = 1.0

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from reconciler.leader import format_time
-from reconciler.shards import (
+from reconciler.ha.leader import format_time
+from reconciler.ha.shards import (
     ROLE_LABEL,
     Step,
     assign,

@@ -23,10 +23,11 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 
-from klutch_gitops import kube, tenant_kubeconfig
-from klutch_gitops.kube import Kube, KubeError
-from klutch_gitops.localstack import kubeconfig as localstack_kubeconfig
-from klutch_gitops.localstack.pki import KeyPair, issue, new_ca, new_key
+from klutch_gitops import tenant_kubeconfig
+from klutch_gitops.dev.localstack import kubeconfig as localstack_kubeconfig
+from klutch_gitops.dev.localstack.pki import KeyPair, issue, new_ca, new_key
+from klutch_gitops.kube import client as kube
+from klutch_gitops.kube.client import Kube, KubeError
 from klutch_gitops.tenant_kubeconfig import KubeconfigRefused, load_client, parse
 
 TOKEN = "t0ken-Secret.value"  # must never show up in an error
@@ -59,7 +60,7 @@ def with_token(server: str = "https://app.example:6443") -> dict[str, Any]:
 
 
 def with_certificate(server: str = "https://127.0.0.1:6443") -> dict[str, Any]:
-    """The local stack's own kubeconfig shape (klutch_gitops/localstack/kubeconfig.py)."""
+    """The local stack's own kubeconfig shape (klutch_gitops/dev/localstack/kubeconfig.py)."""
     return localstack_kubeconfig.render("app", server, CA.cert_pem, CLIENT.cert_pem, CLIENT.key_pem)
 
 

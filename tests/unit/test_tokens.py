@@ -17,9 +17,9 @@ from kubernetes import client
 
 from klutch_gitops.config import TokenRenewal, parse_config
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube import Kube, Resource
-from reconciler import tokens
-from reconciler.tokens import (
+from klutch_gitops.kube.client import Kube, Resource
+from reconciler.controllers import tokens
+from reconciler.controllers.tokens import (
     INVALID_REASON,
     MAX_WAIT_SECONDS,
     TokenRenewer,
@@ -181,7 +181,7 @@ def test_a_token_capped_below_the_threshold_is_not_written(monkeypatch: pytest.M
 def test_a_broken_secret_is_reported_once_per_version(caplog: pytest.LogCaptureFixture) -> None:
     broken = secret({"kubeconfig": f"users: [{MARKER}"})
     controller, admin = renewer(TokenRenewal(), broken)
-    with caplog.at_level(logging.WARNING, logger="reconciler.tokens"):
+    with caplog.at_level(logging.WARNING, logger="reconciler.controllers.tokens"):
         controller.check(KEY)
         controller.check(KEY)
         controller.secrets.cache[KEY] = secret({"kubeconfig": "{}"}, version="2")

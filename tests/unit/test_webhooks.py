@@ -13,8 +13,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from reconciler.deliveries import Deliveries
-from reconciler.webhooks import (
+from reconciler.triggers.deliveries import Deliveries
+from reconciler.triggers.webhooks import (
     MAX_BODY,
     MAX_DEPTH,
     PullRequestEvent,
@@ -310,7 +310,7 @@ def test_branch_deletion_is_ignored(
         body = encode(payload(after=ZERO, deleted=True))
     else:
         body = encode(payload(after=ZERO))
-    with caplog.at_level(logging.INFO, logger="reconciler.webhooks"):
+    with caplog.at_level(logging.INFO, logger="reconciler.triggers.webhooks"):
         assert parse_push(provider, headers(body), body, secret_for) is None
     assert "was deleted" in caplog.text
     response = client.post(f"/webhooks/{provider}", content=body, headers=headers(body))

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from klutch_gitops.workqueue import JITTER, WorkQueue, run_workers
+from klutch_gitops.kube.workqueue import JITTER, WorkQueue, run_workers
 
 WAIT = 5.0  # generous bound for events that must happen; never asserted as a duration
 
@@ -216,6 +216,6 @@ def test_run_workers_retries_with_back_off_and_forgets_after_success(
         thread.join(WAIT)
     assert attempts == [0, 1, 2, 3]
     assert queue.failures("repo-a") == 0
-    failures = [r for r in caplog.records if r.name == "klutch_gitops.workqueue"]
+    failures = [r for r in caplog.records if r.name == "klutch_gitops.kube.workqueue"]
     assert len(failures) == 3
     assert all(r.key == "repo-a" and r.exc_info for r in failures)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.desired import Limits, load_desired
-from reconciler.writeback import Mode, ObservedStatus, Summary, render_changes
+from reconciler.sync.desired import Limits, load_desired
+from reconciler.sync.writeback import Mode, ObservedStatus, Summary, render_changes
 from tests.unit.fuzzgen import EXPORTS
 
 SUMMARY = Summary("0" * 40, {}, ())

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from klutch_gitops.yamlsafe import Document, YamlError, _measure, _Refused, load_documents
-from reconciler.desired import Limits
+from reconciler.sync.desired import Limits
 
 LIMITS = Limits()
 BILLION_LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(

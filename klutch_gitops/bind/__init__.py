@@ -1,0 +1,1 @@
+"""The klutch-bind command line and its client of the bind API."""

@@ -1,0 +1,85 @@
+"""ProviderConfig usage: ``status.users`` and the ``in-use.crossplane.io`` finalizer.
+
+A managed resource needs its ProviderConfig to the end, to drop what it made; so, as Crossplane
+does, a ProviderConfig that managed resources still name is not let go until the last of them is
+gone. Users are counted from the managed reconcilers' caches, and every event of a managed
+resource requeues the ProviderConfig it names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from klutch_gitops.dev.local_provider.api import FIELD_MANAGER, IN_USE_FINALIZER, PROVIDER_CONFIGS
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.informer import Informer
+from klutch_gitops.kube.workqueue import WorkQueue, run_workers
+
+
+def finalizers_for(meta: dict[str, Any], users: int) -> list[str] | None:
+    """The finalizers ``meta`` should have, or None when they are right already."""
+    finalizers = list(meta.get("finalizers") or [])
+    keep = users > 0 or not meta.get("deletionTimestamp")
+    if keep == (IN_USE_FINALIZER in finalizers):
+        return None
+    return (
+        [*finalizers, IN_USE_FINALIZER]
+        if keep
+        else [f for f in finalizers if f != IN_USE_FINALIZER]
+    )
+
+
+class ProviderConfigController:
+    def __init__(self, kube: Kube, users: Callable[[str], int]) -> None:
+        self.kube = kube
+        self.users = users
+        self.queue: WorkQueue[str] = WorkQueue()
+        self.informer = Informer(kube, PROVIDER_CONFIGS, self._on_event, name="providerconfigs")
+
+    def start(self) -> ProviderConfigController:
+        self.informer.start()
+        run_workers(self.queue, self.reconcile, 1, "providerconfigs")
+        return self
+
+    def stop(self) -> None:
+        self.informer.stop()
+        self.queue.shutdown()
+
+    def _on_event(self, event: str, obj: dict[str, Any]) -> None:
+        if event != "DELETED":
+            self.queue.add(obj["metadata"]["name"])
+
+    def reconcile(self, name: str) -> None:
+        provider_config = self.kube.get(PROVIDER_CONFIGS, None, name)
+        if provider_config is None:
+            return
+        meta = provider_config["metadata"]
+        users = self.users(name)
+        if (provider_config.get("status") or {}).get("users") != users:
+            provider_config = self.kube.apply(
+                PROVIDER_CONFIGS,
+                {
+                    "apiVersion": PROVIDER_CONFIGS.api_version,
+                    "kind": PROVIDER_CONFIGS.kind,
+                    "metadata": {"name": name},
+                    "status": {"users": users},
+                },
+                field_manager=FIELD_MANAGER,
+                force=True,
+                subresource="status",
+            )
+            meta = provider_config["metadata"]
+        finalizers = finalizers_for(meta, users)
+        if finalizers is not None:
+            self.kube.patch(
+                PROVIDER_CONFIGS,
+                None,
+                name,
+                {
+                    "metadata": {
+                        "finalizers": finalizers,
+                        "resourceVersion": meta["resourceVersion"],
+                    }
+                },
+            )

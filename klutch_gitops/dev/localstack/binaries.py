@@ -1,0 +1,379 @@
+"""Find or build the Go binaries of the local stack.
+
+Each component is a committed wrapper Go module under ``tools/bins/<component>/`` whose go.mod
+pins the upstream version. Binaries are built once into a cache outside the clone, keyed by
+component and version (``~/.cache/klutch-gitops/bin/<component>-<version>/``), so clones and CI
+runs on the same machine share them. ``KLUTCH_BIN_DIR`` and ``KUBEBUILDER_ASSETS`` point at
+prebuilt binaries instead.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from klutch_gitops.errors import KlutchError
+
+TOOLS_DIR = Path(__file__).resolve().parents[3] / "tools" / "bins"
+
+
+def _kube_version_vars(*packages: str) -> dict[str, str]:
+    """Kubernetes' version variables; unstamped, ``/version`` says v0.0.0-master."""
+    values = {
+        "gitVersion": "{version}",
+        "gitMajor": "{major}",
+        "gitMinor": "{minor}",
+        "gitTreeState": "clean",
+    }
+    return {f"{pkg}.{name}": value for pkg in packages for name, value in values.items()}
+
+
+@dataclass(frozen=True)
+class Component:
+    """One wrapper module and the binaries built from it."""
+
+    name: str
+    module: str  # the upstream module whose required version keys the cache
+    binaries: dict[str, str]  # binary name -> Go package
+    # Go variable -> value stamped with -X; {version}, {major} and {minor} are filled in.
+    version_vars: dict[str, str] = field(default_factory=dict)
+    # Directory name in the cache -> directory of ``module`` whose *.yaml files are copied there,
+    # so data that must match the binary (CRDs) is versioned with it and never committed.
+    assets: dict[str, str] = field(default_factory=dict)
+    # Directory name in the cache -> directories of ``module`` copied there whole, for a binary
+    # that reads its data from disk at run time.
+    trees: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    cgo: bool = False
+    tags: tuple[str, ...] = ()  # go build -tags
+
+    @property
+    def module_dir(self) -> Path:
+        return TOOLS_DIR / self.name
+
+    def version(self) -> str:
+        """The version of ``module`` that the wrapper go.mod requires."""
+        go_mod = self.module_dir / "go.mod"
+        match = re.search(
+            rf"^\s*(?:require\s+)?{re.escape(self.module)}\s+(\S+)",
+            go_mod.read_text(),
+            re.MULTILINE,
+        )
+        if not match:
+            raise KlutchError(
+                f"{go_mod}: no 'require {self.module} <version>' line",
+                "restore the wrapper go.mod from Git",
+            )
+        return match.group(1)
+
+    def ldflags(self) -> str:
+        version = self.version()
+        major, minor = version.lstrip("v").split(".")[:2]
+        return " ".join(
+            f"-X {var}={value.format(version=version, major=major, minor=minor)}"
+            for var, value in self.version_vars.items()
+        )
+
+
+COMPONENTS = (
+    Component("etcd", "go.etcd.io/etcd/server/v3", {"etcd": "go.etcd.io/etcd/server/v3"}),
+    Component(
+        "kubernetes",
+        "k8s.io/kubernetes",
+        {
+            "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+            "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+            "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+        },
+        version_vars=_kube_version_vars(
+            "k8s.io/component-base/version", "k8s.io/client-go/pkg/version"
+        ),
+    ),
+    # Dex 2.41 compiles its SQLite storage only with cgo (gcc), even when it is not used.
+    Component("dex", "github.com/dexidp/dex", {"dex": "github.com/dexidp/dex/cmd/dex"}, cgo=True),
+    # `crossplane --version` and the package manager's version constraints read the stamped version.
+    Component(
+        "crossplane",
+        "github.com/crossplane/crossplane",
+        {"crossplane": "github.com/crossplane/crossplane/cmd/crossplane"},
+        version_vars={"github.com/crossplane/crossplane/internal/version.version": "{version}"},
+        assets={"crossplane-crds": "cluster/crds"},
+    ),
+    # helm lints and renders charts/ in the tests. Besides its version, helm's release build stamps
+    # the Kubernetes version `helm template` and `helm lint` assume without a cluster, from the
+    # k8s.io/client-go it requires (v0.37 -> 1.37; tests/unit/test_binaries.py keeps them equal).
+    Component(
+        "helm",
+        "helm.sh/helm/v3",
+        {"helm": "helm.sh/helm/v3/cmd/helm"},
+        version_vars={
+            "helm.sh/helm/v3/internal/version.version": "{version}",
+            **{
+                f"helm.sh/helm/v3/pkg/{pkg}.k8sVersion{part}": value
+                for pkg in ("chartutil", "lint/rules")
+                for part, value in (("Major", "1"), ("Minor", "37"))
+            },
+        },
+    ),
+    # Gitea, for the pull-request review tests (its API only). SQLite needs cgo and these tags.
+    # Its templates and options (locales, licences, .gitignores) are files here: without the
+    # generated bindata (not in the module), Gitea reads them from STATIC_ROOT_PATH.
+    Component(
+        "gitea",
+        "code.gitea.io/gitea",
+        {"gitea": "code.gitea.io/gitea"},
+        version_vars={"main.Version": "{version}"},
+        trees={"gitea-static": ("options", "templates")},
+        cgo=True,
+        tags=("sqlite", "sqlite_unlock_notify"),
+    ),
+)
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "klutch-gitops" / "bin"
+
+
+def cache_dir(component: Component) -> Path:
+    return cache_root() / f"{component.name}-{component.version()}"
+
+
+def override_dirs() -> list[tuple[str, Path]]:
+    """Directories of prebuilt binaries named by the environment, most specific first."""
+    return [
+        (var, Path(os.environ[var]))
+        for var in ("KLUTCH_BIN_DIR", "KUBEBUILDER_ASSETS")
+        if os.environ.get(var)
+    ]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    name: str
+    path: Path | None
+    source: str  # the variable or cache directory it came from, or "missing"
+
+
+def resolve_all() -> dict[str, Resolved]:
+    """Where each binary and asset directory is, without building anything."""
+    found: dict[str, Resolved] = {}
+    for component in COMPONENTS:
+        cached = cache_dir(component)
+        for name in [*component.binaries, *component.assets, *component.trees]:
+            present = _is_executable if name in component.binaries else Path.is_dir
+            found[name] = Resolved(name, None, "missing")
+            for var, directory in [*override_dirs(), ("cache", cached)]:
+                if present(directory / name):
+                    found[name] = Resolved(name, directory / name, var)
+                    break
+    return found
+
+
+def require(*names: str) -> dict[str, Path]:
+    """Paths of the named binaries and assets, or one error naming every missing one and the fix."""
+    found = resolve_all()
+    missing = [n for n in names if found[n].path is None]
+    if missing:
+        raise KlutchError(
+            f"binaries not found: {', '.join(missing)} (looked in $KLUTCH_BIN_DIR, "
+            f"$KUBEBUILDER_ASSETS and {cache_root()})",
+            "run 'make bins' to build them from the wrapper Go modules, or point KLUTCH_BIN_DIR at "
+            "a directory holding prebuilt binaries",
+        )
+    return {n: found[n].path for n in names}  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    component: str
+    version: str
+    binary: str
+    source: str
+    seconds: float | None  # None when nothing was built
+
+
+def build_missing(on_start: Callable[[str, str], None] = lambda c, b: None) -> list[BuildReport]:
+    """Build every binary that neither an override nor the cache provides.
+
+    A component is built into a temporary directory and renamed into the cache only when all of its
+    binaries built, so an interrupted build never leaves a half-filled cache entry. A lock keeps two
+    concurrent builds (say, two checkouts' test runs) from racing.
+    """
+    _check_go()
+    reports: list[BuildReport] = []
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with _lock(cache_root() / ".lock"):
+        resolved = resolve_all()  # inside the lock: a concurrent build may just have finished
+        for component in COMPONENTS:
+            version = component.version()
+            names = [*component.binaries, *component.assets, *component.trees]
+            wanted = [n for n in names if resolved[n].path is None]
+            reports += [
+                BuildReport(component.name, version, n, resolved[n].source, None)
+                for n in names
+                if n not in wanted
+            ]
+            if not wanted:
+                continue
+            target = cache_dir(component)
+            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_root()))
+            try:
+                if target.exists():  # keep what of this version is already there
+                    shutil.copytree(target, staging, dirs_exist_ok=True)
+                for name in wanted:
+                    on_start(component.name, name)
+                    started = time.monotonic()
+                    if name in component.binaries:
+                        _go_build(component, name, staging / name)
+                    elif name in component.assets:
+                        _copy_asset(component, component.assets[name], staging / name)
+                    else:
+                        _copy_trees(component, component.trees[name], staging / name)
+                    seconds = time.monotonic() - started
+                    reports.append(BuildReport(component.name, version, name, "built", seconds))
+                if target.exists():
+                    shutil.rmtree(target)
+                staging.rename(target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    return reports
+
+
+def _go_env(component: Component) -> dict[str, str]:
+    return {
+        **os.environ,
+        "GOTOOLCHAIN": "local",
+        "CGO_ENABLED": "1" if component.cgo else "0",
+        "GOFLAGS": "-mod=mod",
+    }
+
+
+def _go_build(component: Component, binary: str, output: Path) -> None:
+    argv = [
+        "go",
+        "build",
+        "-trimpath",
+        "-ldflags",
+        component.ldflags(),
+        *(["-tags", ",".join(component.tags)] if component.tags else []),
+        "-o",
+        str(output),
+        component.binaries[binary],
+    ]
+    _run_go(component, binary, argv)
+
+
+def _module_dir(component: Component, name: str) -> Path:
+    """Where the Go module cache holds ``component.module`` (read-only)."""
+    argv = ["go", "mod", "download", "-json", component.module]
+    return Path(json.loads(_run_go(component, name, argv))["Dir"])
+
+
+def _copy_asset(component: Component, source: str, output: Path) -> None:
+    """Copy ``source``'s YAML files out of the module cache (read-only there, so files only)."""
+    module = _module_dir(component, output.name)
+    files = sorted((module / source).glob("*.yaml"))
+    if not files:
+        raise KlutchError(
+            f"{component.module}@{component.version()} has no YAML files in {source}/",
+            f"check the asset path for {output.name} in klutch_gitops/dev/localstack/binaries.py",
+        )
+    output.mkdir()
+    for file in files:
+        shutil.copyfile(file, output / file.name)
+
+
+def _copy_trees(component: Component, sources: tuple[str, ...], output: Path) -> None:
+    """Copy the directories ``sources`` of the module, whole, into ``output`` (files only, so
+    the copies are writable, unlike the module cache)."""
+    module = _module_dir(component, output.name)
+    for source in sources:
+        files = [path for path in sorted((module / source).rglob("*")) if path.is_file()]
+        if not files:
+            raise KlutchError(
+                f"{component.module}@{component.version()} has no files in {source}/",
+                f"check the trees of {output.name} in klutch_gitops/dev/localstack/binaries.py",
+            )
+        for file in files:
+            target = output / file.relative_to(module)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file, target)
+
+
+def _run_go(component: Component, name: str, argv: list[str]) -> str:
+    """Run a go command in the wrapper module; its stdout, or an error with the command."""
+    result = subprocess.run(
+        argv,
+        cwd=component.module_dir,
+        env=_go_env(component),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise KlutchError(
+            f"building {name} ({component.name} {component.version()}) failed:\n"
+            f"{result.stderr[-4000:]}",
+            f"check Go and network access to the module proxy, then rerun 'make bins' "
+            f"(command: cd {component.module_dir} && {' '.join(argv)})",
+        )
+    return result.stdout
+
+
+def go_version(text: str) -> tuple[int, ...] | None:
+    """``1.26.7`` (a go directive) or ``go1.26.7`` (``go env GOVERSION``) as a comparable tuple."""
+    match = re.match(r"(?:go)?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    return tuple(int(part or 0) for part in match.groups()) if match else None
+
+
+def required_go() -> tuple[int, ...]:
+    """The newest ``go`` directive of the wrapper modules: with GOTOOLCHAIN=local, the minimum."""
+    directives = [
+        re.search(r"^go\s+(\S+)", (c.module_dir / "go.mod").read_text(), re.MULTILINE)
+        for c in COMPONENTS
+    ]
+    return max(go_version(d[1]) or (0,) for d in directives if d)
+
+
+def _check_go() -> None:
+    wanted = ".".join(map(str, required_go()))
+    go = shutil.which("go")
+    if go is None:
+        raise KlutchError(
+            "the Go toolchain is not on PATH",
+            f"install Go {wanted} or newer (https://go.dev/doc/install)",
+        )
+    out = subprocess.run(
+        [go, "env", "GOVERSION"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    found = go_version(out)
+    if found is None or found < required_go():
+        raise KlutchError(
+            f"Go {out} is too old to build the local stack (the wrapper modules in {TOOLS_DIR} "
+            f"need {wanted})",
+            f"install Go {wanted} or newer",
+        )
+
+
+def _is_executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+@contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,1 @@
+"""Running several replicas: leader election and repository shards."""

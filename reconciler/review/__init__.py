@@ -1,0 +1,1 @@
+"""Pull-request review: plan a change against the clusters and post it to the forge."""

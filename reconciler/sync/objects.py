@@ -1,0 +1,411 @@
+"""Pure decisions of the sync stages: what each copy of a claim should look like.
+
+Git → App Cluster (our labels, annotations, finalizer) → Control Plane (mapped namespace, without
+App-side bookkeeping) → status and provider-owned Secrets back to the App Cluster. With
+``appSync: external`` Argo CD or Flux writes the App copy; we add only our label and finalizer and
+mirror what they applied. Nothing here does I/O, so every rule is unit-tested on plain dicts.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from klutch_gitops.kube.crds import version_snapshot
+from klutch_gitops.manifests import Claim, Identity
+
+PREFIX = "gitops.klutch.anynines.com"
+REPOSITORY_LABEL = f"{PREFIX}/repository"
+PATH_ANNOTATION = f"{PREFIX}/path"
+FILE_ANNOTATION = f"{PREFIX}/file"
+COMMIT_ANNOTATION = f"{PREFIX}/commit"
+SPEC_HASH_ANNOTATION = f"{PREFIX}/spec-hash"
+DELETION_PROTECTION = f"{PREFIX}/deletion-protection"
+FINALIZER = "klutch.anynines.com/syncer"
+BOUND_ANNOTATION = "klutch.anynines.com/bound"
+RESOURCE_OWNER = "klutch.anynines.com/resource-owner"
+CREDENTIALS_SUFFIX = "-creds"
+
+# Bookkeeping of other tools that must never reach the Control Plane copy.
+FOREIGN_BOOKKEEPING = (
+    "argocd.argoproj.io/",
+    "kustomize.toolkit.fluxcd.io/",
+    "kubectl.kubernetes.io/last-applied-configuration",
+    f"{PREFIX}/",
+)
+ARGOCD_MANAGER = "argocd-controller"
+# Argo CD's label tracking key: on the Control Plane it would tie the copy to an Application there.
+ARGOCD_INSTANCE_LABEL = "app.kubernetes.io/instance"
+
+
+def spec_hash(claim: Claim) -> str:
+    """A digest of what Git says about the claim; changes only when its content does."""
+    canonical = json.dumps(claim.body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def app_object(
+    claim: Claim, repository: str, path: str, commit: str, live: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The App Cluster copy: Git's document plus what records where it came from.
+
+    The commit annotation names the commit that last changed this claim, not the newest commit:
+    a status-only commit then changes nothing in the cluster, so write-back cannot loop.
+    """
+    digest = spec_hash(claim)
+    live_annotations = ((live or {}).get("metadata") or {}).get("annotations") or {}
+    if (
+        live_annotations.get(SPEC_HASH_ANNOTATION) == digest
+        and COMMIT_ANNOTATION in live_annotations
+    ):
+        commit = live_annotations[COMMIT_ANNOTATION]
+    body = copy.deepcopy(dict(claim.body))
+    meta = body.setdefault("metadata", {})
+    meta["labels"] = {**(meta.get("labels") or {}), REPOSITORY_LABEL: repository}
+    meta["annotations"] = {
+        **(meta.get("annotations") or {}),
+        PATH_ANNOTATION: path,
+        FILE_ANNOTATION: claim.location.file,
+        COMMIT_ANNOTATION: commit,
+        SPEC_HASH_ANNOTATION: digest,
+        # Klutch's mark of a bound object (adopt.InjectBoundAnnotation in anynines/klutchio
+        # bind/pkg/konnector/adopt/util.go), as the konnector's status controller sets it
+        BOUND_ANNOTATION: "true",
+    }
+    meta["finalizers"] = [FINALIZER]
+    return body
+
+
+def control_plane_object(claim: Claim, namespace: str) -> dict[str, Any]:
+    """The Control Plane copy in the mapped namespace: spec and the person's own metadata."""
+    body = copy.deepcopy(dict(claim.body))
+    meta = body.get("metadata") or {}
+    body["metadata"] = {
+        "name": meta["name"],
+        "namespace": namespace,
+        "annotations": {**_own(meta.get("annotations")), BOUND_ANNOTATION: "true"},
+    }
+    if labels := _own(meta.get("labels")):
+        body["metadata"]["labels"] = labels
+    return body
+
+
+def repository_of(live: Mapping[str, Any]) -> str | None:
+    """The repository whose claim an App object is (our label), if any."""
+    return ((live.get("metadata") or {}).get("labels") or {}).get(REPOSITORY_LABEL)
+
+
+def mirrored_body(live: Mapping[str, Any]) -> dict[str, Any]:
+    """An App object that Argo CD or Flux applied, as the document to mirror: without status,
+    server fields and the tools' bookkeeping (labels, annotations, last-applied)."""
+    body = {k: copy.deepcopy(v) for k, v in live.items() if k not in ("metadata", "status")}
+    meta = live["metadata"]
+    labels = _own(meta.get("labels"))
+    if _argocd_managed(meta):
+        labels.pop(ARGOCD_INSTANCE_LABEL, None)
+    body["metadata"] = {
+        "name": meta["name"],
+        "namespace": meta["namespace"],
+        **({"labels": labels} if labels else {}),
+        **({"annotations": own} if (own := _own(meta.get("annotations"))) else {}),
+    }
+    return body
+
+
+def _argocd_managed(meta: Mapping[str, Any]) -> bool:
+    """Argo CD's field manager or annotations. With its default label tracking the manager is
+    the only sign: the informer's cache keeps managedFields' managers for this."""
+    return any(
+        entry.get("manager") == ARGOCD_MANAGER for entry in meta.get("managedFields") or []
+    ) or any(k.startswith("argocd.argoproj.io/") for k in meta.get("annotations") or {})
+
+
+def adoption_object(live: Mapping[str, Any], repository: str) -> dict[str, Any] | None:
+    """The apply that marks an App object another tool wrote as ours: our label and finalizer,
+    nothing else, so no field of theirs changes owner. None when both are there already.
+
+    The uid makes it a precondition: an apply never recreates an object deleted meanwhile.
+    """
+    meta = live["metadata"]
+    if repository_of(live) == repository and FINALIZER in (meta.get("finalizers") or []):
+        return None
+    return {
+        "apiVersion": live["apiVersion"],
+        "kind": live["kind"],
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+            "labels": {REPOSITORY_LABEL: repository},
+            "finalizers": [FINALIZER],
+        },
+    }
+
+
+def _own(values: Mapping[str, str] | None) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in (values or {}).items()
+        if not any(k.startswith(prefix) for prefix in FOREIGN_BOOKKEEPING)
+    }
+
+
+def needs_apply(desired: Mapping[str, Any], live: Mapping[str, Any] | None) -> bool:
+    """Whether ``live`` lacks anything ``desired`` sets (defaults the server adds are fine)."""
+    if live is None or (live.get("metadata") or {}).get("deletionTimestamp"):
+        return live is None
+    return not _subset(desired, live)
+
+
+def _subset(want: Any, have: Any) -> bool:
+    if isinstance(want, Mapping):
+        # the API server drops empty maps and lists: a missing key equals an empty value
+        return isinstance(have, Mapping) and all(
+            _subset(value, have[key]) if key in have else value in ({}, [])
+            for key, value in want.items()
+        )
+    if isinstance(want, list):
+        return (
+            isinstance(have, list)
+            and len(want) == len(have)
+            and all(_subset(w, h) for w, h in zip(want, have, strict=True))
+        )
+    return want == have
+
+
+def status_object(
+    live_app: Mapping[str, Any], upstream: Mapping[str, Any], in_sync: bool = True
+) -> dict | None:
+    """The status-subresource apply that copies the Control Plane's ``.status``; None if equal.
+
+    ``in_sync``: the Control Plane copy has the App copy's spec. Its ``observedGeneration``
+    values are translated into the App copy's generations (see ``app_generations``).
+    """
+    status = upstream.get("status")
+    if status is None:
+        return None
+    status = app_generations(status, upstream, live_app, in_sync)
+    if live_app.get("status") == status:
+        return None
+    meta = live_app["metadata"]
+    return {
+        "apiVersion": live_app["apiVersion"],
+        "kind": live_app["kind"],
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "status": status,
+    }
+
+
+def app_generations(
+    status: Mapping[str, Any],
+    upstream: Mapping[str, Any],
+    live_app: Mapping[str, Any],
+    in_sync: bool,
+) -> dict[str, Any]:
+    """The Control Plane's status with its ``observedGeneration`` values (top level and per
+    condition) counted in App generations: the two copies' generations differ (a recreated copy
+    starts again at 1), and health checks compare them with the App copy's ``generation``.
+
+    An observation is current when the Control Plane copy has the App copy's spec and its
+    controller observed that copy's generation; anything older becomes the App generation - 1.
+    """
+    result = copy.deepcopy(dict(status))
+    upstream_generation = (upstream.get("metadata") or {}).get("generation")
+    app_generation = (live_app.get("metadata") or {}).get("generation")
+    if not isinstance(upstream_generation, int) or not isinstance(app_generation, int):
+        return result
+
+    def translated(value: Any) -> Any:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return value
+        if in_sync and value >= upstream_generation:
+            return app_generation
+        return max(app_generation - 1, 0)
+
+    if "observedGeneration" in result:
+        result["observedGeneration"] = translated(result["observedGeneration"])
+    for condition in result.get("conditions") or []:
+        if isinstance(condition, dict) and "observedGeneration" in condition:
+            condition["observedGeneration"] = translated(condition["observedGeneration"])
+    return result
+
+
+def credential_secret_names(claim_body: Mapping[str, Any]) -> set[str]:
+    """Secrets the provider writes for a claim: its connection secret and ``<name>-creds``."""
+    spec = claim_body.get("spec") or {}
+    names = set()
+    ref = spec.get("writeConnectionSecretToRef") or {}
+    if ref.get("name"):
+        names.add(ref["name"])
+    if claim_body.get("kind") == "ServiceBinding":
+        names.add(claim_body["metadata"]["name"] + CREDENTIALS_SUFFIX)
+    return names
+
+
+def claimed_by_konnector(upstream: Mapping[str, Any]) -> bool:
+    """Whether a Control Plane Secret carries the mark Klutch's konnector puts on a provider-owned
+    object it syncs down (``makeProviderOwner`` in anynines/klutchio bind/pkg/konnector/
+    controllers/cluster/claimedresources/claimedresources_reconciler.go). The konnector then
+    replaces the App copy with its own on every change, so the reconciler leaves it the copy."""
+    annotations = (upstream.get("metadata") or {}).get("annotations") or {}
+    return RESOURCE_OWNER in annotations
+
+
+def secret_copy(
+    upstream: Mapping[str, Any], namespace: str, repository: str, owner: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The App Cluster copy of a provider-owned Secret, owned by (and deleted with) its claim."""
+    meta = upstream["metadata"]
+    owner_meta = owner["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": upstream.get("type", "Opaque"),
+        "metadata": {
+            "name": meta["name"],
+            "namespace": namespace,
+            "labels": {REPOSITORY_LABEL: repository},
+            "annotations": {RESOURCE_OWNER: "Provider"},
+            "ownerReferences": [
+                {
+                    "apiVersion": owner["apiVersion"],
+                    "kind": owner["kind"],
+                    "name": owner_meta["name"],
+                    "uid": owner_meta["uid"],
+                }
+            ],
+        },
+        "data": dict(upstream.get("data") or {}),
+    }
+
+
+def within(file: str, held: str) -> bool:
+    """Whether ``file`` is ``held`` or lies under it ("" and "." hold everything)."""
+    held = held.strip("/")
+    return held in ("", ".") or file == held or file.startswith(held + "/")
+
+
+def deletion_protected(live: Mapping[str, Any]) -> bool:
+    annotations = (live.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(DELETION_PROTECTION) == "true"
+
+
+def to_prune(live: Iterable[Mapping[str, Any]], desired: set[Identity]) -> list[Mapping[str, Any]]:
+    """Our App objects that Git no longer has (not already being deleted)."""
+    return [
+        obj
+        for obj in live
+        if Identity.of(obj) not in desired and not obj["metadata"].get("deletionTimestamp")
+    ]
+
+
+SERVICE_BINDING_API_VERSION = "klutch.anynines.com/v1alpha1"
+
+
+def crd_from_export(
+    export: Mapping[str, Any], binding: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The App Cluster CRD for an APIServiceExport (a CRD snapshot), marked as ours.
+
+    With the App Cluster's APIServiceBinding of the same name, the CRD also carries the owner
+    reference Klutch's konnector puts on the CRDs it creates (``ensureCRDs`` in
+    anynines/klutchio bind/pkg/konnector/controllers/cluster/servicebinding/
+    servicebinding_reconcile.go), so the konnector accepts our CRD instead of reporting
+    ``ForeignCustomResourceDefinition``.
+    """
+    spec = export["spec"]
+    versions = []
+    for version in spec.get("versions") or []:
+        entry = version_snapshot(version)
+        entry.setdefault("subresources", {"status": {}})
+        versions.append(entry)
+    metadata: dict[str, Any] = {
+        "name": export["metadata"]["name"],
+        "labels": {"app.kubernetes.io/managed-by": "klutch-gitops"},
+        "annotations": {BOUND_ANNOTATION: "true"},
+    }
+    if binding is not None and not binding["metadata"].get("deletionTimestamp"):
+        # never to a binding being deleted: `kubectl delete apiservicebinding --cascade=orphan`
+        # has the garbage collector drop the reference, and putting it back would have the CRD,
+        # and every claim of its kind, collected once the binding is gone
+        metadata["ownerReferences"] = [binding_owner_reference(binding)]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": metadata,
+        "spec": {
+            "group": spec["group"],
+            "names": spec["names"],
+            "scope": spec.get("scope", "Namespaced"),
+            "versions": versions,
+        },
+    }
+
+
+def binding_owner_reference(binding: Mapping[str, Any]) -> dict[str, Any]:
+    """The owner reference the konnector puts on a CRD: its APIServiceBinding, as controller."""
+    meta = binding["metadata"]
+    return {
+        "apiVersion": SERVICE_BINDING_API_VERSION,
+        "kind": "APIServiceBinding",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+    }
+
+
+def owned_by_binding(crd: Mapping[str, Any], binding: Mapping[str, Any]) -> bool:
+    """Klutch's ``IsOwnedByBinding`` (bind/pkg/apis/bind/v1alpha1/helpers/crd.go): an owner
+    reference of group klutch.anynines.com, kind APIServiceBinding, the binding's name and uid."""
+    meta = binding["metadata"]
+    for ref in crd["metadata"].get("ownerReferences") or []:
+        group = str(ref.get("apiVersion", "")).split("/", 1)[0]
+        if group != SERVICE_BINDING_API_VERSION.split("/", 1)[0]:
+            continue
+        if ref.get("kind") != "APIServiceBinding" or ref.get("name") != meta["name"]:
+            continue
+        if not meta.get("uid") or ref.get("uid") == meta["uid"]:
+            return True
+    return False
+
+
+def owns_crd(crd: Mapping[str, Any] | None, binding: Mapping[str, Any] | None = None) -> bool:
+    """A CRD we may update: absent, created by us, or created by the konnector for the same
+    APIServiceBinding (one ownership model with Klutch); never another foreign CRD."""
+    if crd is None:
+        return True
+    labels = crd["metadata"].get("labels") or {}
+    if labels.get("app.kubernetes.io/managed-by") == "klutch-gitops":
+        return True
+    return binding is not None and owned_by_binding(crd, binding)
+
+
+# Field managers whose App fields a claim written into Git takes over, as Flux's
+# kustomize-controller does (fluxcd/kustomize-controller internal/controller/
+# kustomization_controller.go: "kubectl" by Apply and by Update, "before-first-apply" by Update,
+# matched by prefix on the object itself, not its subresources: fluxcd/pkg ssa
+# PatchRemoveFieldsManagers). A claim made with kubectl (and mirrored by Klutch's konnector) then
+# moves to Git without a field conflict; other tools (Argo CD, Flux) keep theirs and the conflict.
+TAKEOVER_MANAGERS = (("kubectl", "Apply"), ("kubectl", "Update"), ("before-first-apply", "Update"))
+
+
+def without_kubectl_managers(managed_fields: Iterable[Mapping[str, Any]]) -> list[dict] | None:
+    """The object's managedFields without kubectl's entries, or None when it has none.
+
+    An empty remainder is one empty entry: the apiserver ignores an empty list."""
+    entries = [dict(e) for e in managed_fields]
+    kept = [
+        e
+        for e in entries
+        if e.get("subresource")
+        or not any(
+            str(e.get("manager", "")).startswith(name) and e.get("operation") == operation
+            for name, operation in TAKEOVER_MANAGERS
+        )
+    ]
+    if len(kept) == len(entries):
+        return None
+    return kept or [{}]

@@ -1,0 +1,277 @@
+"""Status write-back: what the reconciler tells a repository, committed without harm to anyone.
+
+Git holds spec and clusters hold status; status reaches Git only here, as bot commits on top of
+whatever people pushed. A push is never forced: when someone pushed meanwhile, the changes are
+computed again on their tree and committed on top, so no human commit is lost or rewritten. An idle
+reconciler commits nothing, because only a change of content makes a change.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ruamel.yaml.error import YAMLError
+
+from klutch_gitops.config import Bot
+from klutch_gitops.errors import KlutchError
+from klutch_gitops.git import Checkout
+from klutch_gitops.manifests import Identity, Rejection
+from klutch_gitops.yamledit import dump, load_all, set_status
+from klutch_gitops.yamlsafe import YamlError, load_documents
+from reconciler.sync.desired import Limits
+
+_log = logging.getLogger(__name__)
+
+RECONCILER = "klutch-gitops"
+TRAILER_SOURCE = "Klutch-Source-Commit"
+TRAILER_RECONCILER = "Klutch-Reconciler"
+HEADER = "# Written by klutch-gitops after each reconcile. Edits here are overwritten.\n"
+_TIMESTAMP = "reconciledAt"
+_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+class Mode(StrEnum):
+    INLINE = "inline"  # status inside the claim's own document
+    FILES = "files"  # status in <path>/.klutch/status/, beside the claims
+    BRANCH = "branch"  # the FILES layout, on a branch of its own
+
+
+@dataclass(frozen=True)
+class ObservedStatus:
+    identity: Identity
+    api_version: str
+    status: Mapping[str, Any] | None  # None = no status observed yet
+    file: str | None = None  # where the claim was last seen: looked at first, before a scan
+    document: int | None = None  # its index in ``file``: another definition there is not it
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What ``.klutch/reconcile.yaml`` reports about one reconcile of a repository."""
+
+    source_commit: str
+    counts: Mapping[str, int]  # e.g. claims, applied, rejected, deleted
+    rejections: Sequence[Rejection]
+
+
+def render_changes(
+    tree: Path,
+    path: str,
+    mode: Mode,
+    statuses: Sequence[ObservedStatus],
+    summary: Summary,
+    now: datetime,
+) -> dict[str, bytes | None]:
+    """The repository-relative files to write (bytes) or delete (None) so that ``tree`` reports
+    ``statuses`` and ``summary``; only files whose content would actually change."""
+    base = _normalise(path)
+    if mode is Mode.INLINE:
+        changes = _inline(tree, base, statuses)
+    else:
+        changes = _status_files(tree, base, statuses)
+    report = _join(base, ".klutch/reconcile.yaml")
+    changes[report] = _report(_read(tree / report), summary, now)
+    return {file: content for file, content in changes.items() if _read(tree / file) != content}
+
+
+def write_back(
+    checkout: Checkout,
+    changes_for: Callable[[Path], Mapping[str, bytes | None]],
+    message: str,
+    source_commit: str,
+    bot: Bot,
+    attempts: int = 5,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str | None:
+    """Commit ``changes_for(work tree)`` on the current head as the bot and push it, never forced.
+
+    When the push is rejected because someone pushed meanwhile, fetch their commits, compute the
+    changes again on the new tree and retry, with exponential back-off. Returns the pushed commit,
+    or None when there was nothing to change.
+    """
+    message = (
+        f"{message.rstrip()}\n\n{TRAILER_SOURCE}: {source_commit}\n"
+        f"{TRAILER_RECONCILER}: {RECONCILER}"
+    )
+    for attempt in range(attempts):
+        if attempt:
+            sleep(min(30.0, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))  # noqa: S311
+            checkout.fetch()
+        changes = changes_for(checkout.root)
+        sha = checkout.commit_files(changes, message, bot) if changes else None
+        if sha is None:
+            return None
+        if checkout.push():
+            return sha
+        _log.info(
+            "status push to %s %s rejected, someone pushed meanwhile; retrying",
+            checkout.url,
+            checkout.branch,
+        )
+    raise KlutchError(
+        f"status write-back to {checkout.url} ({checkout.branch}) was rejected {attempts} times "
+        "because the branch kept moving",
+        fix="nothing is lost; the next reconcile tries again. If this persists, use the "
+        "'branch' write-back mode so that status commits do not race people's pushes",
+    )
+
+
+def is_bot_commit(checkout: Checkout, sha: str) -> bool:
+    """Whether a commit is a status commit of the reconciler: it must not trigger a reconcile."""
+    return RECONCILER in checkout.trailers(sha).get(TRAILER_RECONCILER, [])
+
+
+def source_commit(checkout: Checkout) -> str | None:
+    """The newest commit on the branch that is not a status commit: where the tree's spec comes
+    from. Reporting a status commit as the source would make each status commit need another."""
+    return checkout.newest_commit(excluding=f"^{TRAILER_RECONCILER}: {RECONCILER}$")
+
+
+def _inline(tree: Path, base: str, statuses: Sequence[ObservedStatus]) -> dict[str, bytes | None]:
+    """Claims are found, and their status compared, as the desired-state loader reads them (YAML
+    1.1, within its limits), so that each claim it accepted is found where it found it, and a
+    file it refuses, however large or hostile, is passed over at the same small cost."""
+    pending = {observed.identity: observed for observed in statuses}
+    changes: dict[str, bytes | None] = {}
+    hinted = {o.file for o in statuses if o.file and (tree / o.file).is_file()}
+    limits = Limits()
+    # the claims' own files first: the full scan is only for claims that moved since
+    for file in [*sorted(hinted), *(f for f in _yaml_files(tree, base) if f not in hinted)]:
+        if not pending:
+            break
+        try:
+            if (tree / file).stat().st_size > limits.max_file_bytes:
+                continue
+            text = (tree / file).read_bytes().decode()
+            documents = load_documents(text, limits)
+        except (OSError, UnicodeDecodeError, YamlError):
+            continue  # the loader reports bad files; there is no status to write into them
+        edited = text
+        for document in documents:
+            value = document.value
+            identity = Identity.of(value) if isinstance(value, Mapping) else None
+            observed = pending.get(identity) if identity else None
+            if observed is None or _another_definition(observed, file, document.index):
+                continue
+            del pending[observed.identity]
+            if _git_status(value) == observed.status:
+                continue
+            try:
+                edited = set_status(edited, document.index, observed.status)
+            except (ValueError, YAMLError) as error:
+                _log.warning("status of %s not written into %s: %s", identity, file, error)
+        if edited != text:
+            changes[file] = edited.encode()
+    return changes
+
+
+def _another_definition(observed: ObservedStatus, file: str, index: int) -> bool:
+    """Whether the document at ``file``/``index`` defines the claim too but is not the one the
+    loader took (that one refused, say, before it in the same file)."""
+    return observed.document is not None and observed.file == file and observed.document != index
+
+
+def _git_status(document: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The status the loader reports for a claim (``Claim.git_status``): a mapping, or None."""
+    status = document.get("status")
+    return status if isinstance(status, Mapping) else None
+
+
+def _status_files(
+    tree: Path, base: str, statuses: Sequence[ObservedStatus]
+) -> dict[str, bytes | None]:
+    root = _join(base, ".klutch/status")
+    changes: dict[str, bytes | None] = dict.fromkeys(_files(tree, root))  # stale unless rewritten
+    for observed in statuses:
+        identity = observed.identity
+        metadata = {"name": identity.name, "namespace": identity.namespace or None}
+        doc: dict[str, Any] = {
+            "apiVersion": observed.api_version,
+            "kind": identity.kind,
+            "metadata": {k: v for k, v in metadata.items() if v is not None},
+        }
+        if observed.status is not None:
+            doc["status"] = observed.status
+        file = "/".join(
+            (root, *map(_segment, (identity.namespace or "_cluster", identity.kind, identity.name)))
+        )
+        changes[f"{file}.yaml"] = (HEADER + dump(doc)).encode()
+    return changes
+
+
+def _report(current: bytes | None, summary: Summary, now: datetime) -> bytes:
+    """The reconcile report, or the current one when only its timestamp would differ."""
+    moment = now if now.tzinfo else now.replace(tzinfo=UTC)
+    report = {
+        "sourceCommit": summary.source_commit,
+        _TIMESTAMP: moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "counts": dict(summary.counts),
+        "rejections": [rejection.as_dict() for rejection in summary.rejections],
+    }
+    if current is not None and _same_but_time(current, report):
+        return current
+    return (HEADER + dump(report)).encode()
+
+
+def _same_but_time(current: bytes, report: Mapping[str, Any]) -> bool:
+    try:
+        docs = load_all(current.decode())
+    except (UnicodeDecodeError, YAMLError):
+        return False
+    if len(docs) != 1 or not isinstance(docs[0], Mapping):
+        return False
+    old, new = ({k: v for k, v in d.items() if k != _TIMESTAMP} for d in (docs[0], report))
+    return old == new
+
+
+def _yaml_files(tree: Path, base: str) -> list[str]:
+    return [
+        f for f in _files(tree, base, skip=(".git", ".klutch")) if f.endswith((".yaml", ".yml"))
+    ]
+
+
+def _files(tree: Path, base: str, skip: tuple[str, ...] = ()) -> list[str]:
+    """Repository-relative regular files under ``base``, sorted; symlinks are not followed."""
+    if (tree / base).resolve() != tree.resolve().joinpath(base):
+        return []  # base is, or lies under, a symlink
+    found = []
+    for directory, subdirs, names in os.walk(tree / base):
+        subdirs[:] = sorted(d for d in subdirs if d not in skip)
+        rel = Path(directory).relative_to(tree).as_posix()
+        found += [
+            _join("" if rel == "." else rel, n)
+            for n in names
+            if not (Path(directory) / n).is_symlink()
+        ]
+    return sorted(found)
+
+
+def _read(file: Path) -> bytes | None:
+    return file.read_bytes() if file.is_file() and not file.is_symlink() else None
+
+
+def _normalise(path: str) -> str:
+    parts = [p for p in PurePosixPath(path).parts if p not in ("/", ".")]
+    if ".." in parts:
+        raise ValueError(f"path {path!r} leaves the repository")
+    return "/".join(parts)
+
+
+def _join(base: str, rel: str) -> str:
+    return f"{base}/{rel}" if base else rel
+
+
+def _segment(name: str) -> str:
+    if not _SEGMENT.fullmatch(name):
+        raise ValueError(f"{name!r} cannot name a status file")
+    return name

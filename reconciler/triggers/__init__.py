@@ -1,0 +1,1 @@
+"""What starts a pass besides the clock: webhooks, Git sources and replay protection."""
