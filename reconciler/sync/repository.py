@@ -40,6 +40,7 @@ from reconciler import metrics
 from reconciler.sync import konnector, objects
 from reconciler.sync.binding import Binding
 from reconciler.sync.desired import DesiredState, load_desired
+from reconciler.sync.outcome import PassOutcome
 from reconciler.sync.writeback import (
     Mode,
     ObservedStatus,
@@ -114,6 +115,7 @@ class RepositorySync:
         self._report: tuple[tuple[ObservedStatus, ...], Summary] | None = None
         self._scheduled_fingerprint = ""
         self.last_status_commit: str | None = None
+        self.last_pass: PassOutcome | None = None  # None until a pass completes
         self.pending = True
         self._held: set[Identity] = set()  # deletion-protected App objects being deleted
         self.konnectors: dict[str, konnector.Verdict] = {}  # export name -> Klutch's konnector
@@ -176,6 +178,7 @@ class RepositorySync:
             self._finalize(problems)
             statuses = self._observe(desired, mirrored)
             self._schedule_write_back(desired, statuses, problems)
+            self.last_pass = PassOutcome(self.head, len(mirrored), tuple(problems))
             self.pending = pending
             if pending:
                 self._enqueue_after(("sync", self.name), 0.5)

@@ -1,0 +1,25 @@
+"""What one sync pass did: the figures a registration's status reports (RepositoryBinding)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from klutch_gitops.manifests import Rejection
+
+SHOWN_REFUSALS = 5  # how many refusals a status lists; reconcile.yaml in Git has them all
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    commit: str  # the Git commit whose desired state the pass applied
+    claims: int  # claims mirrored to the Control Plane
+    refusals: tuple[Rejection, ...]  # every problem of the pass
+
+    @property
+    def refused(self) -> int:
+        """Refused documents (a whole refused file counts once), not problems: one document
+        can have several."""
+        return len({(r.file, r.document) for r in self.refusals})
+
+    def first_refusals(self) -> list[dict]:
+        return [r.as_dict() for r in self.refusals[:SHOWN_REFUSALS]]
