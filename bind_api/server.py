@@ -1,6 +1,5 @@
 """Run the bind API: its config, its Control Plane identity, its token verifier, uvicorn."""
 
-import os
 import secrets
 import threading
 from pathlib import Path
@@ -12,11 +11,13 @@ from bind_api.config import BindApiConfig, BrowserFlow, load_bind_api_config
 from bind_api.oidc import OIDCVerifier
 from bind_api.sessions import MIN_KEY_BYTES, SessionCodec
 from bind_api.web import BrowserLogin
-from klutch_gitops.config import SecretRef
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import Kube, api_client
 from klutch_gitops.oidc_client import http_client
 from klutch_gitops.serving import bounded_config
+from klutch_gitops.settings import secret_value
+
+BIND_API = "the bind API"  # who reads its secrets, in the errors that say what to restart
 
 
 def build_server(config: BindApiConfig) -> uvicorn.Server:
@@ -38,38 +39,26 @@ def build_server(config: BindApiConfig) -> uvicorn.Server:
 
 def browser_login(config: BindApiConfig, flow: BrowserFlow) -> BrowserLogin:
     """The browser flow's run-time parts; its secrets are read once, here."""
-    key = read_secret(flow.session_key, "browser.sessionKey") if flow.session_key else None
+    key = (
+        secret_value(flow.session_key, "browser.sessionKey", program=BIND_API)
+        if flow.session_key
+        else None
+    )
     if key is not None and len(key) < MIN_KEY_BYTES:
         raise KlutchError(
             f"browser.sessionKey has {len(key)} bytes, fewer than {MIN_KEY_BYTES}",
             "generate one with: head -c 48 /dev/urandom | base64 > session.key",
         )
+    client_secret = secret_value(flow.client_secret, "browser.clientSecret", program=BIND_API)
     ca = str(config.issuer_ca) if config.issuer_ca else None
     return BrowserLogin(
         flow=flow,
-        client_secret=read_secret(flow.client_secret, "browser.clientSecret").decode().strip(),
+        client_secret=client_secret.decode().strip(),
         codec=SessionCodec(key or secrets.token_bytes(MIN_KEY_BYTES)),
         verifier=OIDCVerifier(config.issuer, (flow.client_id,), ca=config.issuer_ca),
         http=http_client(ca),
         issuer=config.issuer,
     )
-
-
-def read_secret(ref: SecretRef, where: str) -> bytes:
-    if ref.env is not None:
-        if ref.env not in os.environ:
-            raise KlutchError(
-                f"{where}: environment variable {ref.env} is not set",
-                f"export {ref.env} before starting the bind API",
-            )
-        return os.environ[ref.env].encode()
-    assert ref.file is not None
-    try:
-        return ref.file.read_bytes()
-    except OSError as error:
-        raise KlutchError(
-            f"{where}: cannot read {ref.file}: {error.strerror}", "point it at a readable file"
-        ) from None
 
 
 def serve_in_background(config: BindApiConfig) -> uvicorn.Server:

@@ -7,7 +7,6 @@ RepositoryBinding is enough to pick up new credentials. Resolved secrets stay in
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import tempfile
@@ -20,7 +19,8 @@ from klutch_gitops import tenant_kubeconfig
 from klutch_gitops.config import GitCredentialsRef, RepositorySpec, SecretRef
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Credentials
-from klutch_gitops.kube.client import SECRETS, Kube, api_client
+from klutch_gitops.kube.client import Kube, api_client
+from klutch_gitops.settings import secret_data, secret_value
 
 
 @dataclass
@@ -41,36 +41,14 @@ class Resolver:
         self.secrets_dir = secrets_dir
 
     def value(self, ref: SecretRef, what: str, default_namespace: str) -> bytes:
-        if ref.file is not None:
-            try:
-                return ref.file.read_bytes()
-            except OSError as error:
-                raise KlutchError(
-                    f"{what}: cannot read {ref.file}: {error.strerror}",
-                    "point the reference at a readable file",
-                ) from None
-        if ref.env is not None:
-            if ref.env not in os.environ:
-                raise KlutchError(
-                    f"{what}: environment variable {ref.env} is not set",
-                    f"export {ref.env} before starting the reconciler",
-                )
-            return os.environ[ref.env].encode()
-        namespace = ref.namespace or default_namespace
-        secret = self.admin.get(SECRETS, namespace, ref.name or "")
-        if secret is None:
-            raise KlutchError(
-                f"{what}: Secret {namespace}/{ref.name} not found on the Control Plane",
-                "create the Secret or fix the reference",
-            )
-        data = secret.get("data") or {}
-        if ref.key not in data:
-            raise KlutchError(
-                f"{what}: Secret {namespace}/{ref.name} has no key {ref.key!r} "
-                f"(keys: {', '.join(sorted(data)) or 'none'})",
-                "fix the key in the reference",
-            )
-        return base64.b64decode(data[ref.key])
+        """A referenced secret; a Secret without a namespace is the registration's."""
+        return secret_value(
+            ref,
+            what,
+            program="the reconciler",
+            control_plane=self.admin,
+            namespace=default_namespace,
+        )
 
     def credentials(
         self, ref: GitCredentialsRef | None, what: str, namespace: str
@@ -78,16 +56,10 @@ class Resolver:
         if ref is None:
             return None
         if ref.secret is not None:
-            secret = self.admin.get(
-                SECRETS, ref.secret.namespace or namespace, ref.secret.name or ""
+            secret = secret_data(
+                self.admin, ref.secret.namespace or namespace, ref.secret.name or "", what
             )
-            if secret is None:
-                raise KlutchError(
-                    f"{what}: Secret {ref.secret.namespace or namespace}/"
-                    f"{ref.secret.name} not found",
-                    "create it or fix the name",
-                )
-            data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+            data = {key: value.decode() for key, value in secret.items()}
             key_file = (
                 self._private_file("ssh-key", data["ssh-privatekey"])
                 if "ssh-privatekey" in data
