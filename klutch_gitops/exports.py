@@ -14,6 +14,7 @@ from typing import Any
 
 from klutch_gitops.apis import API_SERVICE_EXPORTS, EXPORT_REQUESTS, TEMPLATES
 from klutch_gitops.consumer import export_from_crd
+from klutch_gitops.kube import conditions
 from klutch_gitops.kube.client import Kube, KubeError
 
 SOURCE_HASH_ANNOTATION = "klutch.anynines.com/source-spec-hash"
@@ -83,16 +84,17 @@ def request_status(
     name: str, namespace: str, problem: str | None, now: str, reason: str = "CRDMissing"
 ) -> dict[str, Any]:
     """Status of an export request: Succeeded, or Failed with a terminal message and ``reason``."""
-    ready = {
-        "type": "Ready",
-        "status": "False" if problem else "True",
-        "reason": reason if problem else "Exported",
-        "message": problem or f"APIServiceExport {name} exists",
-        "lastTransitionTime": now,
-    }
+    ready = conditions.condition(
+        "Ready",
+        not problem,
+        reason if problem else "Exported",
+        problem or f"APIServiceExport {name} exists",
+    )
     status: dict[str, Any] = {
         "phase": FAILED if problem else SUCCEEDED,
-        "conditions": [{**ready, "type": "ExportsReady"}, ready],
+        "conditions": conditions.set_conditions(
+            [], [{**ready, "type": "ExportsReady"}, ready], None, now
+        ),
     }
     if problem:
         status["terminalMessage"] = problem

@@ -11,7 +11,6 @@ without this consumer's label belongs to someone else and is never taken over.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from collections.abc import Iterable
 
@@ -25,6 +24,7 @@ from klutch_gitops.apis import (
 )
 from klutch_gitops.binder_roles import CLAIMED_SECRETS_ROLE, ensure_cluster_role, role_binding
 from klutch_gitops.consumer import binder_role
+from klutch_gitops.kube import conditions
 from klutch_gitops.kube.client import NAMESPACES, Kube, KubeError, Resource
 from klutch_gitops.kube.informer import Informer
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
@@ -170,20 +170,15 @@ class NamespaceController:
 
     def _report(self, mapping: dict, target: str | None, reason: str, message: str) -> None:
         meta = mapping["metadata"]
-        status = {"namespace": target} if target else {}
-        status["conditions"] = [
-            {
-                "type": "Ready",
-                "status": "True" if target else "False",
-                "reason": reason,
-                "message": message,
-                "observedGeneration": meta.get("generation", 1),
-                "lastTransitionTime": _now(),
-            }
-        ]
-        if (mapping.get("status") or {}).get("namespace") == target and _same_condition(
-            mapping, status["conditions"][0]
-        ):
+        old = mapping.get("status") or {}
+        status: dict = {"namespace": target} if target else {}
+        status["conditions"] = conditions.set_conditions(
+            old.get("conditions") or [],
+            [conditions.condition("Ready", bool(target), reason, message)],
+            meta.get("generation", 1),
+            conditions.now(),
+        )
+        if conditions.unchanged(old, status):
             return
         self.kube.apply(
             API_SERVICE_NAMESPACES,
@@ -217,13 +212,3 @@ class NamespaceController:
         except KubeError as error:
             if not error.not_found:
                 raise
-
-
-def _same_condition(mapping: dict, condition: dict) -> bool:
-    current = {c.get("type"): c for c in (mapping.get("status") or {}).get("conditions") or []}
-    old = current.get(condition["type"]) or {}
-    return all(old.get(k) == condition[k] for k in ("status", "reason", "message"))
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from klutch_gitops.kube import conditions
 from klutch_gitops.kube.client import Resource
 
 GROUP = "postgresql.local.klutch.anynines.com"
@@ -81,17 +82,9 @@ def set_conditions(
     old: list[dict[str, Any]], new: list[dict[str, Any]], generation: int, at: str
 ) -> list[dict[str, Any]]:
     """``old`` with ``new`` set; a condition that did not change keeps its lastTransitionTime
-    (what crossplane-runtime does), so an unchanged status is byte-for-byte the same."""
-    result = {c["type"]: c for c in old}
-    for cond in new:
-        cond = {**cond, "observedGeneration": generation}
-        previous = result.get(cond["type"])
-        same = previous is not None and all(
-            previous.get(k) == cond.get(k)
-            for k in ("status", "reason", "message", "observedGeneration")
-        )
-        result[cond["type"]] = previous if same else {**cond, "lastTransitionTime": at}
-    return sorted(result.values(), key=lambda c: c["type"])
+    (what crossplane-runtime does: any change moves it), so an unchanged status is byte-for-byte
+    the same."""
+    return conditions.set_conditions(old, new, generation, at, conditions.CROSSPLANE)
 
 
 def conditions_of(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
