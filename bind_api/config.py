@@ -47,24 +47,59 @@ class BindApiConfig:
     bindings_per_identity: int = DEFAULT_BINDINGS_PER_IDENTITY
 
 
+TOP_LEVEL = {
+    "controlPlane",
+    "listen",
+    "tls",
+    "oidc",
+    "defaultAllowedGroups",
+    "consumerNamespacePrefix",
+    "browser",
+    "bindingsPerIdentity",
+}
+
+
 def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
     reader = FieldReader(origin, base)
-    data = reader.mapping(
-        reader.parse(text),
-        "",
-        {
-            "controlPlane",
-            "listen",
-            "tls",
-            "oidc",
-            "defaultAllowedGroups",
-            "consumerNamespacePrefix",
-            "browser",
-            "bindingsPerIdentity",
-        },
-    )
+    data = reader.mapping(reader.parse(text), "", TOP_LEVEL)
     control_plane = reader.own_kubeconfig(data.get("controlPlane"), "the bind API")
-    oidc = reader.mapping(data.get("oidc"), "oidc", {"issuer", "audiences", "ca"})
+    issuer, audiences, ca = _oidc(reader, data.get("oidc"))
+    cert, key = _tls(reader, data.get("tls"))
+    groups = _allowed_groups(reader, data.get("defaultAllowedGroups", []))
+    prefix = reader.string(
+        data,
+        "consumerNamespacePrefix",
+        "",
+        default="cluster",
+        pattern=PREFIX_PATTERN,
+        fix="use a DNS label of at most 20 characters, like cluster (consumer namespaces are "
+        "<prefix>-<26 characters>)",
+    )
+    limit = _bindings_per_identity(
+        reader, data.get("bindingsPerIdentity", DEFAULT_BINDINGS_PER_IDENTITY)
+    )
+    browser = _browser(reader, data.get("browser"))
+    reader.check()
+    assert control_plane is not None  # no problems means it was read
+    assert issuer is not None
+    return BindApiConfig(
+        control_plane_kubeconfig=control_plane,
+        issuer=issuer,
+        audiences=audiences,
+        issuer_ca=reader.path(ca) if ca else None,
+        listen=reader.string(data, "listen", "") or "127.0.0.1:8443",
+        tls_cert=reader.path(cert) if cert else None,
+        tls_key=reader.path(key) if key else None,
+        default_allowed_groups=groups,
+        consumer_prefix=prefix or "cluster",
+        browser=browser,
+        bindings_per_identity=limit,
+    )
+
+
+def _oidc(reader: FieldReader, data: object) -> tuple[str | None, tuple[str, ...], str | None]:
+    """The issuer (https), the accepted audiences and the issuer's CA file, if any."""
+    oidc = reader.mapping(data, "oidc", {"issuer", "audiences", "ca"})
     issuer = reader.string(
         oidc,
         "issuer",
@@ -86,53 +121,38 @@ def parse_bind_api_config(text: str, origin: str, base: Path) -> BindApiConfig:
             "list the OIDC client IDs whose tokens the bind API accepts",
         )
         audiences = []
-    ca = reader.string(oidc, "ca", "oidc")
-    tls = reader.mapping(data.get("tls"), "tls", {"certFile", "keyFile"})
+    return issuer, tuple(audiences), reader.string(oidc, "ca", "oidc")
+
+
+def _tls(reader: FieldReader, data: object) -> tuple[str | None, str | None]:
+    """The certificate and key files: both, or neither for http."""
+    tls = reader.mapping(data, "tls", {"certFile", "keyFile"})
     cert, key = reader.string(tls, "certFile", "tls"), reader.string(tls, "keyFile", "tls")
     if bool(cert) != bool(key):
         reader.problem("tls", "needs both certFile and keyFile", "set both, or neither for http")
-    groups = data.get("defaultAllowedGroups", [])
+    return cert, key
+
+
+def _allowed_groups(reader: FieldReader, groups: object) -> tuple[str, ...]:
     if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
         reader.problem(
             "defaultAllowedGroups",
             "must be a list of group names",
             'e.g. [klutch-developers], or ["*"] for every authenticated caller',
         )
-        groups = []
-    prefix = reader.string(
-        data,
-        "consumerNamespacePrefix",
-        "",
-        default="cluster",
-        pattern=PREFIX_PATTERN,
-        fix="use a DNS label of at most 20 characters, like cluster (consumer namespaces are "
-        "<prefix>-<26 characters>)",
-    )
-    limit = data.get("bindingsPerIdentity", DEFAULT_BINDINGS_PER_IDENTITY)
+        return ()
+    return tuple(groups)
+
+
+def _bindings_per_identity(reader: FieldReader, limit: object) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         reader.problem(
             "bindingsPerIdentity",
             f"{limit!r} is not a positive whole number",
             f"set how many bindings one person may hold, e.g. {DEFAULT_BINDINGS_PER_IDENTITY}",
         )
-        limit = DEFAULT_BINDINGS_PER_IDENTITY
-    browser = _browser(reader, data.get("browser"))
-    reader.check()
-    assert control_plane is not None  # no problems means it was read
-    assert issuer is not None
-    return BindApiConfig(
-        control_plane_kubeconfig=control_plane,
-        issuer=issuer,
-        audiences=tuple(audiences),
-        issuer_ca=reader.path(ca) if ca else None,
-        listen=reader.string(data, "listen", "") or "127.0.0.1:8443",
-        tls_cert=reader.path(cert) if cert else None,
-        tls_key=reader.path(key) if key else None,
-        default_allowed_groups=tuple(groups),
-        consumer_prefix=prefix or "cluster",
-        browser=browser,
-        bindings_per_identity=limit,
-    )
+        return DEFAULT_BINDINGS_PER_IDENTITY
+    return limit
 
 
 def _browser(reader: FieldReader, data: object) -> BrowserFlow | None:
@@ -146,20 +166,7 @@ def _browser(reader: FieldReader, data: object) -> BrowserFlow | None:
     )
     if not browser:
         return None
-    url = reader.string(
-        browser,
-        "externalURL",
-        where,
-        required=True,
-        fix="set the URL browsers reach the bind API at, e.g. https://bind.example.com",
-    )
-    if url and (not url.startswith(("https://", "http://")) or "?" in url or "#" in url):
-        reader.problem(
-            f"{where}.externalURL",
-            f"{url!r} is not an http(s) URL without query",
-            "write it like https://bind.example.com; <externalURL>/callback must be the "
-            "redirect URI registered for the client at the issuer",
-        )
+    url = _external_url(reader, browser, where)
     client_id = reader.string(
         browser, "clientId", where, required=True, fix="set the OIDC client ID of the bind API"
     )
@@ -170,14 +177,7 @@ def _browser(reader: FieldReader, data: object) -> BrowserFlow | None:
             "is required",
             "set {file: PATH} or {env: VARIABLE} holding the client secret",
         )
-    scopes = browser.get("scopes", list(DEFAULT_SCOPES))
-    if not isinstance(scopes, list) or "openid" not in scopes:
-        reader.problem(
-            f"{where}.scopes",
-            "must be a list of scopes including openid",
-            f"e.g. {list(DEFAULT_SCOPES)} (groups carry the authorisation)",
-        )
-        scopes = list(DEFAULT_SCOPES)
+    scopes = _scopes(reader, browser.get("scopes", list(DEFAULT_SCOPES)), where)
     session_namespace = reader.string(
         browser,
         "sessionNamespace",
@@ -193,9 +193,39 @@ def _browser(reader: FieldReader, data: object) -> BrowserFlow | None:
         client_id=client_id,
         client_secret=secret,
         session_key=_own_secret(reader, browser.get("sessionKey"), f"{where}.sessionKey"),
-        scopes=tuple(str(scope) for scope in scopes),
+        scopes=scopes,
         session_namespace=session_namespace or "default",
     )
+
+
+def _external_url(reader: FieldReader, browser: dict, where: str) -> str | None:
+    """Where browsers reach the bind API: http(s), no query, no fragment."""
+    url = reader.string(
+        browser,
+        "externalURL",
+        where,
+        required=True,
+        fix="set the URL browsers reach the bind API at, e.g. https://bind.example.com",
+    )
+    if url and (not url.startswith(("https://", "http://")) or "?" in url or "#" in url):
+        reader.problem(
+            f"{where}.externalURL",
+            f"{url!r} is not an http(s) URL without query",
+            "write it like https://bind.example.com; <externalURL>/callback must be the "
+            "redirect URI registered for the client at the issuer",
+        )
+    return url
+
+
+def _scopes(reader: FieldReader, scopes: object, where: str) -> tuple[str, ...]:
+    if not isinstance(scopes, list) or "openid" not in scopes:
+        reader.problem(
+            f"{where}.scopes",
+            "must be a list of scopes including openid",
+            f"e.g. {list(DEFAULT_SCOPES)} (groups carry the authorisation)",
+        )
+        return DEFAULT_SCOPES
+    return tuple(str(scope) for scope in scopes)
 
 
 def _own_secret(reader: FieldReader, data: object, where: str) -> SecretRef | None:
