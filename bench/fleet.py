@@ -51,7 +51,9 @@ from klutch_gitops.kube.client import NAMESPACES
 from reconciler.ha.leader import LEASES
 from reconciler.ha.shards import ROLE_LABEL, shard_lease, shard_of
 
-IDLE_IMPORTS = "klutch_gitops.cli, klutch_gitops.logs, klutch_gitops.config, reconciler.manager"
+IDLE_IMPORTS = (
+    "klutch_gitops.cli, klutch_gitops.logs, klutch_gitops.config_file, reconciler.manager"
+)
 SHARDS = 16
 LEASE_DURATION = 15.0  # the product's default
 SETTLE_SECONDS = 10.0  # after the last status commit, before the CPU window

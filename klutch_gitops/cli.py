@@ -62,7 +62,7 @@ def run(
 ) -> None:
     """The main job: mirror claims from Git into the clusters and write status back to Git."""
     from klutch_gitops import logs
-    from klutch_gitops.config import load_config
+    from klutch_gitops.config_file import load_config
     from reconciler.manager import Reconciler
 
     logs.configure(log_level)
@@ -77,7 +77,7 @@ def run(
 
 def _reconcile_until_signal(config: Path) -> None:
     """Run the reconciler until SIGINT or SIGTERM, then stop it cleanly."""
-    from klutch_gitops.config import load_config
+    from klutch_gitops.config_file import load_config
     from reconciler.manager import Reconciler
 
     settings = load_config(config)
@@ -231,7 +231,7 @@ def plan(
     import urllib3
     from kubernetes.config.config_exception import ConfigException
 
-    from klutch_gitops.config import load_config
+    from klutch_gitops.config_file import load_config
     from klutch_gitops.errors import KlutchError
     from klutch_gitops.kube.client import Kube, api_client
     from reconciler.review.plan_io import Target, config_targets, run_plan

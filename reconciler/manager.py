@@ -27,13 +27,14 @@ from pathlib import Path
 
 from klutch_gitops import git
 from klutch_gitops.apis import BINDER_KUBECONFIG_LABEL, REPOSITORY_BINDINGS
-from klutch_gitops.config import Config, PlatformSpec, RepositorySpec, from_repository_binding
+from klutch_gitops.config import Config, PlatformSpec, RepositorySpec
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import EVENTS, SECRETS, Kube, KubeError, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds
 from klutch_gitops.kube.informer import Informer
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
 from klutch_gitops.policies import install_policies, load_policies
+from klutch_gitops.registrations import from_repository_binding
 from klutch_gitops.urls import normalize_repo_url
 from reconciler import metrics
 from reconciler.controllers.export_requests import ExportRequestController
@@ -46,7 +47,8 @@ from reconciler.review.pulls import Reviewer
 from reconciler.server import create_app, serve
 from reconciler.sync.binding import Binding, Resolver
 from reconciler.sync.platform import PlatformSync
-from reconciler.sync.repository import Key, RepositorySync, warning_event
+from reconciler.sync.events import warning_event
+from reconciler.sync.repository import Key, RepositorySync
 from reconciler.triggers.sources import FileWatcher, Poller
 from reconciler.triggers.webhooks import PullRequestEvent, PushEvent
 

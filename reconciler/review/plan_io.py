@@ -32,10 +32,11 @@ from klutch_gitops.apis import (
     mapped_namespace,
 )
 from klutch_gitops.catalog import load_xrds
-from klutch_gitops.config import Config, RepositorySpec, SecretRef, from_repository_binding
+from klutch_gitops.config import Config, RepositorySpec, SecretRef
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import Kube, KubeError, Resource, api_client
 from klutch_gitops.manifests import Claim, Export, Identity
+from klutch_gitops.registrations import from_repository_binding
 from klutch_gitops.urls import InvalidRepoURL, normalize_repo_url
 from reconciler.review import plan
 from reconciler.sync import objects

@@ -20,7 +20,8 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.apis import REPOSITORY_BINDINGS
-from klutch_gitops.config import Config, PlatformSpec, load_config
+from klutch_gitops.config import Config, PlatformSpec
+from klutch_gitops.config_file import load_config
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.kube.client import CRDS, Kube, KubeError, Resource
@@ -481,7 +482,7 @@ def test_restart_mid_sync_converges_without_duplicates(
     repo = tenant.config.repositories[0].name
     # the App Cluster serves the kind and the namespace is mapped: the next pass only applies
     eventually(
-        lambda: repo in tenant.reconciler.syncs and tenant.reconciler.syncs[repo].mapping,
+        lambda: repo in tenant.reconciler.syncs and tenant.reconciler.syncs[repo].view.mapping,
         "the namespace mapping",
     )
     eventually(lambda: tenant.app.get(CRDS, None, "postgresqlinstances.anynines.com"), "the CRD")

@@ -15,7 +15,7 @@ import yaml
 
 from bind_api.config import parse_bind_api_config
 from klutch_gitops.binder_roles import CLAIMED_SECRETS_ROLE, CONSUMER_ROLE
-from klutch_gitops.config import parse_config
+from klutch_gitops.config_file import parse_config
 from klutch_gitops.kube.client import _token_file
 from klutch_gitops.kube.crds import CRD_DIR, load_crds
 from klutch_gitops.policies import load_policies

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from klutch_gitops.config import SecretRef, parse_config
+from klutch_gitops.config import SecretRef
+from klutch_gitops.config_file import parse_config
 from klutch_gitops.errors import KlutchError
 from reconciler import metrics
 from reconciler.server import authorized, create_app

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from klutch_gitops.config import from_repository_binding
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Credentials, _fix, git_environment, ssh_command
+from klutch_gitops.registrations import from_repository_binding
 from klutch_gitops.urls import (
     PLATFORM_TRANSPORTS,
     TENANT_TRANSPORTS,

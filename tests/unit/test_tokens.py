@@ -15,7 +15,8 @@ from joserfc import jwt
 from joserfc.jwk import OctKey
 from kubernetes import client
 
-from klutch_gitops.config import TokenRenewal, parse_config
+from klutch_gitops.config import TokenRenewal
+from klutch_gitops.config_file import parse_config
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import Kube, Resource
 from reconciler.controllers import tokens
