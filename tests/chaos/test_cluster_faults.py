@@ -8,20 +8,14 @@ import time
 
 import pytest
 
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim, git_claims, is_ready
+from klutch_gitops.dev.testkit.git import commits, duplicates, lost, touching
+from klutch_gitops.dev.testkit.tenant import Tenant, mirrored, report_ready
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import Kube
-from tests.integration.gitops import POSTGRES, Tenant, claim, eventually, report_ready
 
 from .conftest import Faults
-from .harness import (
-    ReconcilerProcess,
-    commits,
-    duplicates,
-    git_claims,
-    is_ready,
-    lost,
-    mirrored,
-    touching,
-)
+from .harness import ReconcilerProcess
 
 CLAIMS = 40  # one file each; eight are applied at a time, so a kill lands mid-pass
 OUTAGE = 3.0  # seconds the killed process stays down: passes fail and back off meanwhile

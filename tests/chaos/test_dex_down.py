@@ -24,9 +24,9 @@ from bind_api.server import build_server
 from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.consumer import consumer_namespace
 from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
 from tests.integration.bindapi import API, bind_api_config, cli, dev_id_token, offered_api, serving
-from tests.integration.gitops import eventually
 
 from .conftest import Faults
 

@@ -10,21 +10,14 @@ import threading
 from pathlib import Path
 
 from klutch_gitops.config import Bot
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim, git_claims, is_ready
+from klutch_gitops.dev.testkit.git import commits, duplicates, git, lost, touching
+from klutch_gitops.dev.testkit.tenant import Tenant, mirrored, reconciled, report_ready
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.git import Checkout
 from reconciler.sync.writeback import write_back
-from tests.integration.gitops import POSTGRES, Tenant, claim, eventually, git, report_ready
 
-from .harness import (
-    ReconcilerProcess,
-    commits,
-    duplicates,
-    git_claims,
-    is_ready,
-    lost,
-    mirrored,
-    reconciled,
-    touching,
-)
+from .harness import ReconcilerProcess
 
 REJECTIONS = 5  # rejected status pushes to see before the people stop pushing
 # A person's push landing while the server receives ours: main moves, once, to what they pushed

@@ -7,20 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.gitops import Tenant, claim, eventually, git, report_ready
+from klutch_gitops.dev.testkit.claims import claim, git_claims, is_ready, live_claims
+from klutch_gitops.dev.testkit.git import commits, duplicates, git, lost, touching
+from klutch_gitops.dev.testkit.tenant import Tenant, mirrored, reconciled, report_ready
+from klutch_gitops.dev.testkit.wait import eventually
 
-from .harness import (
-    ReconcilerProcess,
-    commits,
-    duplicates,
-    git_claims,
-    is_ready,
-    live_claims,
-    lost,
-    mirrored,
-    reconciled,
-    touching,
-)
+from .harness import ReconcilerProcess
 
 APPLY_POINT = "controlplane.after-apply"
 

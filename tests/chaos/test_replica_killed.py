@@ -13,23 +13,22 @@ from kubernetes import client
 
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.claims import claim, git_claims, is_ready
+from klutch_gitops.dev.testkit.git import commits, duplicates, lost
+from klutch_gitops.dev.testkit.tenant import (
+    Tenant,
+    make_tenant,
+    mirrored,
+    reconciled,
+    report_ready,
+    repository_entry,
+)
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, Kube
 from reconciler.ha.leader import LEASES
 from reconciler.ha.shards import ROLE_LABEL, shard_of
-from tests.integration.gitops import Tenant, claim, eventually, make_tenant, report_ready
 
-from .harness import (
-    ReconcilerProcess,
-    commits,
-    config_for,
-    duplicates,
-    git_claims,
-    is_ready,
-    lost,
-    mirrored,
-    reconciled,
-    repository_entry,
-)
+from .harness import ReconcilerProcess, config_for
 
 SHARDS = 8
 LEASE = "chaos-shards"

@@ -14,10 +14,9 @@ from typing import Any
 from kubernetes import client
 
 from klutch_gitops.catalog import load_compositions, load_xrds
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import CRDS, Kube, Resource
 from klutch_gitops.kube.crds import install_crds, load_dev_claim_crds
-
-from .gitops import eventually
 
 XRDS = Resource(
     "apiextensions.crossplane.io", "v1", "compositeresourcedefinitions", namespaced=False

@@ -23,6 +23,10 @@ from klutch_gitops.apis import (
 )
 from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim
+from klutch_gitops.dev.testkit.git import git
+from klutch_gitops.dev.testkit.tenant import quick_config
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.exports import FAILED, SUCCEEDED
 from klutch_gitops.kube.client import CRDS, NAMESPACES, SECRETS, Kube, KubeError, api_client
@@ -31,7 +35,6 @@ from reconciler.controllers.namespaces import NamespaceController
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer
 
-from .gitops import POSTGRES, claim, eventually, git, quick_config
 from .test_reconciler_modes import TEMPLATES
 
 POSTGRES_API = "postgresqlinstances.anynines.com"

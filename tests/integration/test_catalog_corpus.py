@@ -31,10 +31,10 @@ import pytest
 from kubernetes import client
 
 from klutch_gitops.catalog import load_xrds
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, Kube, KubeError, Resource
 
 from .catalogstack import catalog_offered
-from .gitops import eventually
 
 pytestmark = pytest.mark.crossplane
 

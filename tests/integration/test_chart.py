@@ -30,6 +30,9 @@ from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim
+from klutch_gitops.dev.testkit.git import git
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import (
     CRDS,
     NAMESPACES,
@@ -47,7 +50,6 @@ from tests.conftest import TwinNamespace
 from tests.gitserver import GitServer
 from tests.helm import VALUE_SETS, render
 
-from .gitops import POSTGRES, claim, eventually, git
 from .test_reconciler_modes import TEMPLATES
 
 POSTGRES_API = "postgresqlinstances.anynines.com"

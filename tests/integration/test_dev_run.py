@@ -13,10 +13,10 @@ import psycopg
 import pytest
 
 from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import SECRETS, Kube, Resource, api_client
 
 from .catalogstack import conditions
-from .gitops import eventually
 
 pytestmark = pytest.mark.crossplane
 

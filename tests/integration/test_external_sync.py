@@ -15,11 +15,14 @@ from typing import Any
 import pytest
 import yaml
 
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim, ready_status
+from klutch_gitops.dev.testkit.git import git
+from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import EVENTS, SECRETS
 from reconciler.sync import objects
 
 from ..argocd_health import argocd_health
-from .gitops import POSTGRES, Tenant, claim, eventually, git, make_tenant, ready_status
 
 CYCLES = 20
 KIND = f"{POSTGRES.plural}.{POSTGRES.group}"

@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 import yaml
 
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim
+from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import CRDS
 
 from ..argocd_health import argocd_health
 from ..flux_health import flux_health
-from .gitops import POSTGRES, Tenant, claim, eventually, make_tenant
 
 READY = {"type": "Ready", "status": "True", "reason": "Available", "message": ""}
 SYNCED = {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}

@@ -49,6 +49,9 @@ from kubernetes import client
 from bind_api.bindings import BINDER_SECRET, cluster_binding, secret
 from klutch_gitops.apis import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, CLUSTER_BINDINGS
 from klutch_gitops.bind.client import SERVICE_BINDINGS
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim, ready_status
+from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import (
     CRDS,
     NAMESPACES,
@@ -61,8 +64,6 @@ from klutch_gitops.kube.client import (
 from klutch_gitops.kube.crds import install_crds, load_crds
 from reconciler.manager import Reconciler
 from reconciler.sync.objects import owned_by_binding
-
-from .gitops import POSTGRES, Tenant, claim, eventually, make_tenant, ready_status
 
 BOUND = "klutch.anynines.com/bound"
 DOWNSTREAM_FINALIZER = "klutch.anynines.com/syncer"

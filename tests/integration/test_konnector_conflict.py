@@ -34,21 +34,15 @@ from klutch_gitops.apis import REPOSITORY_BINDINGS, mapped_namespace
 from klutch_gitops.bind.client import SERVICE_BINDINGS
 from klutch_gitops.consumer import bind_consumer, binder_kubeconfig
 from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.claims import CLAIM_CRDS, POSTGRES, claim
+from klutch_gitops.dev.testkit.git import person_clone
+from klutch_gitops.dev.testkit.tenant import make_tenant, quick_config
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import EVENTS, NAMESPACES, SECRETS, Kube
 from klutch_gitops.kube.crds import install_crds, load_crds
 from reconciler.manager import Reconciler
 from reconciler.sync.konnector import State
 from tests.gitserver import GitServer
-
-from .gitops import (
-    CLAIM_CRDS,
-    POSTGRES,
-    claim,
-    eventually,
-    make_tenant,
-    person_clone,
-    quick_config,
-)
 
 API = "postgresqlinstances.anynines.com"
 KLUTCH_BIND = "klutch-bind"

@@ -20,10 +20,12 @@ import pytest
 
 from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim
+from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import FIELD_MANAGER, Kube, KubeError, api_client
 from reconciler.sync.objects import REPOSITORY_LABEL
 
-from .gitops import POSTGRES, Tenant, claim, eventually, make_tenant
 from .test_konnector import Konnector, provide
 
 

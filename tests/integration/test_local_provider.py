@@ -31,9 +31,8 @@ from klutch_gitops.dev.local_provider.api import (
 from klutch_gitops.dev.local_provider.provider import POLL_INTERVAL, bootstrap
 from klutch_gitops.dev.localstack.postgres import PostgresInfo
 from klutch_gitops.dev.localstack.stack import LOCAL_PROVIDER_CONFIG, StackInfo
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, Resource
-
-from .gitops import eventually
 
 pytestmark = pytest.mark.crossplane
 

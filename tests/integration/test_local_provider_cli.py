@@ -29,9 +29,8 @@ from klutch_gitops.dev.local_provider.api import (
 from klutch_gitops.dev.localstack.postgres import PostgresInfo
 from klutch_gitops.dev.localstack.processes import Process, cmdline
 from klutch_gitops.dev.localstack.stack import LOCAL_PROVIDER_CONFIG, LocalStack, StackInfo
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import SECRETS, Kube
-
-from .gitops import eventually
 
 pytestmark = pytest.mark.crossplane
 

@@ -21,10 +21,12 @@ from kubernetes import client
 
 from klutch_gitops.config import GitCredentialsRef, PlatformSpec, SecretRef
 from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim
+from klutch_gitops.dev.testkit.tenant import make_tenant, quick_config
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import Kube, Resource
 from reconciler.manager import Reconciler
 
-from .gitops import POSTGRES, claim, eventually, make_tenant, quick_config
 from .test_git_writeback import GitHttp, QuietHandler
 from .test_reconciler_modes import bare_repo, never, push
 

@@ -14,11 +14,14 @@ from kubernetes import client
 
 from klutch_gitops.config import GitCredentialsRef, SecretRef
 from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.claims import POSTGRES
+from klutch_gitops.dev.testkit.git import git
+from klutch_gitops.dev.testkit.tenant import WEBHOOK_SECRET, Origin, Tenant, make_tenant
+from klutch_gitops.dev.testkit.wait import eventually
 from reconciler.review.pulls import context, marker
 
 from .catalogstack import TRANSITION, local_claim_crds, local_instance
 from .gitea import Gitea, running_gitea
-from .gitops import POSTGRES, WEBHOOK_SECRET, Origin, Tenant, eventually, git, make_tenant
 
 pytestmark = pytest.mark.crossplane
 

@@ -15,10 +15,11 @@ import pytest
 from kubernetes import client
 
 from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import SECRETS, Kube, Resource
 
 from .catalogstack import conditions, local_claim_crds
-from .gitops import Tenant, eventually, make_tenant
 
 pytestmark = pytest.mark.crossplane
 

@@ -26,12 +26,15 @@ from klutch_gitops.config import Config, LeaderElection, RepositorySpec, SecretR
 from klutch_gitops.consumer import binder_kubeconfig
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim
+from klutch_gitops.dev.testkit.git import git
+from klutch_gitops.dev.testkit.tenant import WEBHOOK_SECRET, Tenant, make_tenant
+from klutch_gitops.dev.testkit.wait import eventually
 from reconciler.ha.leader import LEASES
 from reconciler.ha.shards import FETCH_ANNOTATION, ROLE_LABEL, shard_lease, shard_of
 from reconciler.manager import Reconciler
 from tests.conftest import TwinNamespace
 
-from .gitops import POSTGRES, WEBHOOK_SECRET, Tenant, claim, eventually, git, make_tenant
 from .test_token_renewal import write_binder_secret
 
 SHARDS = 8

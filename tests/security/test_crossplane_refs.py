@@ -32,6 +32,8 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import (
     CRDS,
     NAMESPACES,
@@ -42,7 +44,6 @@ from klutch_gitops.kube.client import (
     api_client,
 )
 from tests.integration.catalogstack import conditions
-from tests.integration.gitops import Tenant, eventually, make_tenant
 
 pytestmark = pytest.mark.crossplane
 

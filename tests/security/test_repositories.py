@@ -37,6 +37,10 @@ from bind_api.server import build_server
 from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.consumer import consumer_namespace
 from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim
+from klutch_gitops.dev.testkit.git import git
+from klutch_gitops.dev.testkit.tenant import quick_config
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git import Checkout, Credentials, git_environment, ls_remote, ssh_command
 from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, KubeError
@@ -44,7 +48,6 @@ from klutch_gitops.kube.crds import install_crds, load_crds
 from klutch_gitops.oidc_client import unverified_claims
 from reconciler.manager import Reconciler
 from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving
-from tests.integration.gitops import POSTGRES, claim, eventually, git, quick_config
 
 CRD_NAME = "repositorybindings.gitops.klutch.anynines.com"
 
