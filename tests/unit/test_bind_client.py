@@ -12,16 +12,16 @@ import pytest
 import yaml
 
 from klutch_gitops.bind import client as bind_client
-from klutch_gitops.bind.cli import (
-    bearer_token,
+from klutch_gitops.bind.app_cluster import write_gitops
+from klutch_gitops.bind.cli import bearer_token
+from klutch_gitops.bind.client import BindClient
+from klutch_gitops.bind.request import (
     claims_for,
     confirmation_needed,
     git_credentials,
     minified_kubeconfig,
     repository_body,
-    write_gitops,
 )
-from klutch_gitops.bind.client import BindClient
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import NAMESPACES, SECRETS
 

@@ -1,0 +1,101 @@
+"""The App Cluster's side of a binding: the cluster's identity, and the ``klutch-bind``
+Namespace, kubeconfig Secret and APIServiceBindings applied there, written for Git, or removed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from klutch_gitops.bind import client as bind_client
+from klutch_gitops.errors import KlutchError
+from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, KubeError, api_client
+
+
+def app_kube(kubeconfig: Path | None, context: str | None) -> Kube:
+    """The App Cluster: ``--kubeconfig``, else $KUBECONFIG or ~/.kube/config like kubectl."""
+    from kubernetes import config
+
+    try:
+        if kubeconfig is not None:
+            return Kube(api_client(kubeconfig, context))
+        return Kube(config.new_client_from_config(context=context))
+    except (OSError, config.ConfigException) as error:
+        raise KlutchError(
+            f"cannot load the App Cluster kubeconfig: {error}", "check --kubeconfig and --context"
+        ) from None
+
+
+def identity(kube: Kube | None) -> str:
+    """kube-bind's cluster identity: the UID of the App Cluster's kube-system namespace."""
+    system = kube.get(NAMESPACES, None, "kube-system") if kube else None
+    if not system:
+        raise KlutchError(
+            "cannot tell the App Cluster's identity", "pass --cluster-id, or --kubeconfig"
+        )
+    return system["metadata"]["uid"]
+
+
+def apply_app_objects(kube: Kube, objects: list[tuple[Any, dict[str, Any]]]) -> list[str]:
+    """Server-side apply (field manager ``klutch-bind``); returns ``kind/namespace/name``."""
+    applied = []
+    for resource, obj in objects:
+        try:
+            kube.apply(resource, obj, field_manager=bind_client.FIELD_MANAGER, force=True)
+        except KubeError as error:
+            fix = "check the kubeconfig's permissions in the App Cluster"
+            if error.not_found and resource is bind_client.SERVICE_BINDINGS:
+                fix = "install the APIServiceBinding CRD in the App Cluster"
+            raise KlutchError(
+                f"cannot apply {obj['kind']} {obj['metadata']['name']}: {error}", fix
+            ) from None
+        applied.append(_ref(obj))
+    return applied
+
+
+def write_gitops(directory: Path, files: dict[str, dict[str, Any] | str]) -> list[str]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, content in files.items():
+        text = content if isinstance(content, str) else yaml.safe_dump(content, sort_keys=False)
+        (directory / name).write_text(text)
+        written.append(str(directory / name))
+    return written
+
+
+def _ref(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    return "/".join(p for p in (obj["kind"], meta.get("namespace"), meta["name"]) if p)
+
+
+def remove_app_objects(kube: Kube, consumer: str) -> list[str]:
+    """Delete the consumer's APIServiceBindings and kubeconfig Secret from the App Cluster."""
+    try:
+        return _remove(kube, consumer)
+    except KubeError as error:
+        raise KlutchError(
+            f"unbound on the Control Plane, but cannot clean up the App Cluster: {error}",
+            "check the kubeconfig's permissions on APIServiceBindings (cluster-wide) and on "
+            "Secrets in namespace klutch-bind, then unbind again",
+        ) from None
+
+
+def _remove(kube: Kube, consumer: str) -> list[str]:
+    namespace = bind_client.BIND_NAMESPACE
+    try:
+        items, _ = kube.list(bind_client.SERVICE_BINDINGS)
+    except KubeError as error:
+        if not error.not_found:  # no CRD: no bindings
+            raise
+        items = []
+    removed = []
+    for name in bind_client.bindings_of(consumer, items):
+        # Orphan: the App CRD may be owned by the binding (the konnector's ownership model), and
+        # its deletion would take every App claim of that kind with it.
+        if kube.delete(bind_client.SERVICE_BINDINGS, None, name, propagation="Orphan"):
+            removed.append(f"APIServiceBinding/{name}")
+    secret = bind_client.secret_name(consumer)
+    if kube.delete(SECRETS, namespace, secret):
+        removed.append(f"Secret/{namespace}/{secret}")
+    return removed
