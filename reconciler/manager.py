@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from klutch_gitops import git
 from klutch_gitops.apis import BINDER_KUBECONFIG_LABEL, REPOSITORY_BINDINGS
 from klutch_gitops.config import Config, PlatformSpec, RepositorySpec
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.git.remote import ls_remote
 from klutch_gitops.kube.client import EVENTS, SECRETS, Kube, KubeError, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds
 from klutch_gitops.kube.informer import Informer
@@ -537,7 +537,7 @@ class Reconciler:
         else:
             sync = self.syncs.get(name)
             credentials = sync.binding.credentials if sync else None
-        return git.ls_remote(url, branch, credentials)
+        return ls_remote(url, branch, credentials)
 
     def _source_changed(self, name: str) -> None:
         if name == PLATFORM and self.platform is not None:

@@ -17,9 +17,8 @@ in Git and, with an App Cluster, on the live App claim.
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,8 @@ from klutch_gitops.apis import (
 from klutch_gitops.catalog import load_xrds
 from klutch_gitops.config import Config, RepositorySpec, SecretRef
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.git.local import LocalRepository
+from klutch_gitops.git.runner import GitFailed
 from klutch_gitops.kube.client import Kube, KubeError, Resource, api_client
 from klutch_gitops.manifests import Claim, Export, Identity
 from klutch_gitops.registrations import from_repository_binding
@@ -43,7 +44,6 @@ from reconciler.sync import objects
 from reconciler.sync.binding import Resolver
 from reconciler.sync.desired import load_desired
 
-GIT_TIMEOUT = 120.0
 # The spec fields Crossplane adds to every claim CRD it makes of an XRD (internal/xcrd).
 _NAME_REF = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}
 _LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
@@ -98,18 +98,19 @@ def run_plan(repo: Path, base: str, head: str, targets: Sequence[Target]) -> pla
     Raises KlutchError when Git cannot give both trees (unknown refs, conflicts) or a cluster
     cannot be asked; findings about the claims are in the plan, never raised.
     """
+    repository = LocalRepository(repo)
     try:
-        _git(repo, "rev-parse", "--git-dir")
-    except _GitFailed as error:
+        repository.check()
+    except GitFailed as error:
         raise KlutchError(
             f"{repo} is not a Git repository: {error.message}",
             "pass --repo a clone that holds both commits",
         ) from None
-    base_commit, head_commit = _commit(repo, base), _commit(repo, head)
-    merged = _merge_tree(repo, base_commit, head_commit)
+    base_commit, head_commit = repository.commit(base), repository.commit(head)
+    merged = repository.merge_tree(base_commit, head_commit)
     with tempfile.TemporaryDirectory(prefix="klutch-plan-") as scratch:
-        before = _checkout(repo, base_commit, Path(scratch) / "base")
-        after = _checkout(repo, merged, Path(scratch) / "merge")
+        before = repository.write_tree(base_commit, Path(scratch) / "base")
+        after = repository.write_tree(merged, Path(scratch) / "merge")
         bindings = tuple(_plan_target(target, before, after) for target in targets)
     return plan.Plan(base_commit, head_commit, merged, bindings, base_ref=base, head_ref=head)
 
@@ -222,76 +223,6 @@ def catalog_exports() -> dict[tuple[str, str], Export]:
     return exports
 
 
-# -- git ------------------------------------------------------------------------------------
-
-
-def _git(repo: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
-    try:
-        result = subprocess.run(
-            ["git", "-C", str(repo), *args],
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT,
-            # Only local commands: no remote helper a repository's config or content could name
-            # (git(1), GIT_PROTOCOL_FROM_USER), no prompt.
-            env={
-                **os.environ,
-                "GIT_TERMINAL_PROMPT": "0",
-                "GIT_PROTOCOL_FROM_USER": "0",
-                **(env or {}),
-            },
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise KlutchError(f"git {args[0]} failed: {error}", "check that git is installed") from None
-    if result.returncode != 0:
-        raise _GitFailed(result.returncode, result.stdout, result.stderr.strip())
-    return result.stdout
-
-
-class _GitFailed(KlutchError):
-    def __init__(self, code: int, out: str, err: str) -> None:
-        super().__init__(err or f"git exited with {code}", "see git's message")
-        self.code, self.out = code, out
-
-
-def _commit(repo: Path, ref: str) -> str:
-    try:
-        return _git(repo, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}").strip()
-    except _GitFailed as error:
-        raise KlutchError(
-            f"{ref!r} is not a commit in {repo}: {error.message}",
-            "fetch the branch first, or pass a branch, tag or commit that the repository has",
-        ) from None
-
-
-def _merge_tree(repo: Path, base: str, head: str) -> str:
-    """The tree of merging ``head`` into ``base``; conflicts are an error (no plan to make)."""
-    try:
-        return _git(repo, "merge-tree", "--write-tree", "--name-only", base, head).split()[0]
-    except _GitFailed as error:
-        if error.code == 1:  # conflicts: the tree, the conflicted files, then messages
-            files = dict.fromkeys(error.out.split("\n\n")[0].splitlines()[1:])
-            raise KlutchError(
-                f"merging {head[:12]} into {base[:12]} conflicts in: {', '.join(files)}",
-                "rebase the branch on its base (or merge the base into it) and plan again",
-            ) from None
-        raise KlutchError(
-            f"cannot merge {head[:12]} into {base[:12]}: {error.message}",
-            "git >= 2.38 is needed (merge-tree --write-tree), and both commits must share history",
-        ) from None
-
-
-def _checkout(repo: Path, tree: str, into: Path) -> Path:
-    """The files of ``tree`` in ``into``, written by git (which never writes through a symlink),
-    through a private index: the repository's own index and work tree stay untouched."""
-    into.mkdir(parents=True)
-    env = {"GIT_INDEX_FILE": str(into.parent / f"{into.name}.index")}
-    _git(repo, "read-tree", tree, env=env)
-    _git(repo, f"--work-tree={into}", "checkout-index", "--all", env=env)
-    return into
-
-
 # -- bindings from the reconciler's config ----------------------------------------------------
 
 
@@ -370,10 +301,7 @@ def _folder(path: str) -> str:
 
 def _locations(repo: Path) -> set[str]:
     """Where ``repo`` is: itself, and every remote it fetches from."""
-    try:
-        remotes = [line.split()[1] for line in _git(repo, "remote", "-v").splitlines()]
-    except _GitFailed:
-        remotes = []
+    remotes = LocalRepository(repo).remote_urls()
     found = {_location(url, repo) for url in [str(repo), *remotes]}
     return {key for key in found if key}
 

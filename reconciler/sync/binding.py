@@ -18,7 +18,7 @@ from kubernetes import client
 from klutch_gitops import tenant_kubeconfig
 from klutch_gitops.config import GitCredentialsRef, RepositorySpec, SecretRef
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git import Credentials
+from klutch_gitops.git.credentials import Credentials
 from klutch_gitops.kube.client import Kube, api_client
 from klutch_gitops.settings import secret_data, secret_value
 

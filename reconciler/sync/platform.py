@@ -13,7 +13,8 @@ from pathlib import Path
 
 from klutch_gitops.config import PlatformSpec
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git import Checkout, Credentials
+from klutch_gitops.git.checkout import Checkout
+from klutch_gitops.git.credentials import Credentials
 from klutch_gitops.kube.client import Kube, KubeError, Resource
 from klutch_gitops.manifests import Identity, Rejection
 from klutch_gitops.urls import normalize_repo_url

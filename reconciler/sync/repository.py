@@ -32,7 +32,7 @@ from klutch_gitops.apis import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES
 from klutch_gitops.bind.client import SERVICE_BINDINGS
 from klutch_gitops.config import Bot
 from klutch_gitops.failpoints import failpoint
-from klutch_gitops.git import Checkout
+from klutch_gitops.git.checkout import Checkout
 from klutch_gitops.kube.client import CRDS, EVENTS, SECRETS, KubeError, Resource
 from klutch_gitops.kube.informer import Informer
 from klutch_gitops.manifests import Claim, Export, Identity, Location, Rejection

@@ -24,7 +24,7 @@ from ruamel.yaml.error import YAMLError
 
 from klutch_gitops.config import Bot
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git import Checkout
+from klutch_gitops.git.checkout import Checkout
 from klutch_gitops.manifests import Identity, Rejection
 from klutch_gitops.yamledit import dump, load_all, set_status
 from klutch_gitops.yamlsafe import YamlError, load_documents

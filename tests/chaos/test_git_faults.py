@@ -14,7 +14,7 @@ from klutch_gitops.dev.testkit.claims import POSTGRES, claim, git_claims, is_rea
 from klutch_gitops.dev.testkit.git import commits, duplicates, git, lost, touching
 from klutch_gitops.dev.testkit.tenant import Tenant, mirrored, reconciled, report_ready
 from klutch_gitops.dev.testkit.wait import eventually
-from klutch_gitops.git import Checkout
+from klutch_gitops.git.checkout import Checkout
 from reconciler.sync.writeback import write_back
 
 from .harness import ReconcilerProcess

@@ -20,7 +20,9 @@ import pytest
 
 from klutch_gitops.config import Bot
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git import Checkout, Credentials, ls_remote
+from klutch_gitops.git.checkout import Checkout
+from klutch_gitops.git.credentials import Credentials
+from klutch_gitops.git.remote import ls_remote
 from klutch_gitops.manifests import Identity, Rejection
 from reconciler.sync.writeback import (
     Mode,

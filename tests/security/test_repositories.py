@@ -42,7 +42,9 @@ from klutch_gitops.dev.testkit.git import git
 from klutch_gitops.dev.testkit.tenant import quick_config
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git import Checkout, Credentials, git_environment, ls_remote, ssh_command
+from klutch_gitops.git.checkout import Checkout
+from klutch_gitops.git.credentials import Credentials, git_environment, ssh_command
+from klutch_gitops.git.remote import ls_remote
 from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, KubeError
 from klutch_gitops.kube.crds import install_crds, load_crds
 from klutch_gitops.oidc_client import unverified_claims

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git import Credentials, _fix, git_environment, ssh_command
+from klutch_gitops.git.credentials import Credentials, git_environment, ssh_command
+from klutch_gitops.git.runner import fix_for
 from klutch_gitops.registrations import from_repository_binding
 from klutch_gitops.urls import (
     PLATFORM_TRANSPORTS,
@@ -252,6 +253,6 @@ def test_an_unknown_ssh_host_key_names_the_fix() -> None:
     """ssh refuses a host missing from the registration's known_hosts; the error says where the
     key goes instead of the generic "check the URL"."""
     refused = "Host key verification failed.\nfatal: Could not read from remote repository."
-    assert "known_hosts key of the credentials Secret" in _fix(refused, "generic")
-    assert "--known-hosts" in _fix(refused, "generic")
-    assert _fix("Connection refused", "generic") == "generic"
+    assert "known_hosts key of the credentials Secret" in fix_for(refused, "generic")
+    assert "--known-hosts" in fix_for(refused, "generic")
+    assert fix_for("Connection refused", "generic") == "generic"

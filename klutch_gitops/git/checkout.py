@@ -1,210 +1,21 @@
-"""Git access for the reconciler: a private working clone, status commits, pushes that never force.
-
-Every call runs the real ``git`` through GitPython, with a timeout and without a terminal. Secrets
-stay out of argv, URLs, config files and messages: an https token reaches git through an askpass
-helper that reads it from the child's environment, an ssh key through ``GIT_SSH_COMMAND``.
-
-A URL, branch or ref reaches git's argv only once checked (``klutch_gitops.urls``), behind ``--``
-or as an option's ``=value``; git may use the registration's own transport only
-(``GIT_ALLOW_PROTOCOL``, so no ``ext::``, ``file://`` or redirect to another transport), and ssh
-runs with nothing from outside the registration: no ssh config file, agent or default key, host
-keys only from the registration's own known_hosts (or the machine's global one), never learned on
-first use into a file that every tenant shares.
-"""
+"""The reconciler's private clone of one branch: fetch, commit files, push without force."""
 
 from __future__ import annotations
 
-import atexit
-import functools
 import re
-import shlex
-import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import IO, Protocol
-from urllib.parse import unquote, urlsplit, urlunsplit
-
-import git
 
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.failpoints import failpoint
+from klutch_gitops.git.credentials import Credentials, separate
+from klutch_gitops.git.runner import DEFAULT_TIMEOUT, checked_branch, fix_for, run_git
 from klutch_gitops.urls import check_branch, url_transport
 
-# Username sent with a token when none is given; GitHub and Gitea accept any, GitLab wants one.
-DEFAULT_USERNAME = "x-access-token"
-
-_ASKPASS = """#!/bin/sh
-case "$1" in
-  Username*) printf '%s\\n' "$KLUTCH_GIT_USERNAME" ;;
-  *) printf '%s\\n' "$KLUTCH_GIT_PASSWORD" ;;
-esac
-"""
-_URL_USERINFO = re.compile(r"(https?://)[^/@\s]*@")
 # receive-pack's answer when another push updated the branch after ours was advertised
 _MOVED_MEANWHILE = re.compile(r"cannot lock ref '[^']+': is at [0-9a-f]+ but expected [0-9a-f]+")
-
-
-@functools.cache
-def _askpass() -> Path:
-    """The helper script, written once per process into a private (0700) directory."""
-    directory = Path(tempfile.mkdtemp(prefix="klutch-askpass-"))
-    atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    script = directory / "askpass"
-    script.write_text(_ASKPASS)
-    script.chmod(0o700)
-    return script
-
-
-@dataclass(frozen=True, repr=False)
-class Credentials:
-    """How to authenticate to a remote: a token (https) or a key (ssh)."""
-
-    username: str | None = None
-    password: str | None = None  # a password or token
-    ssh_key_file: Path | None = None
-    known_hosts_file: Path | None = None
-
-    def __repr__(self) -> str:
-        password = None if self.password is None else "***"
-        return (
-            f"Credentials(username={self.username!r}, password={password!r}, "
-            f"ssh_key_file={self.ssh_key_file!r}, known_hosts_file={self.known_hosts_file!r})"
-        )
-
-    def environment(self) -> dict[str, str]:
-        """Variables for a git child process; the secret travels only in its environment."""
-        env: dict[str, str] = {}
-        if self.username is not None or self.password is not None:
-            env |= {
-                "GIT_ASKPASS": str(_askpass()),
-                "KLUTCH_GIT_USERNAME": self.username or DEFAULT_USERNAME,
-                "KLUTCH_GIT_PASSWORD": self.password or "",
-            }
-        env["GIT_SSH_COMMAND"] = ssh_command(self.ssh_key_file, self.known_hosts_file)
-        return env
-
-    def redact(self, text: str) -> str:
-        """``text`` without the secret and without credentials embedded in http(s) URLs."""
-        text = _URL_USERINFO.sub(r"\1", text)
-        return text.replace(self.password, "***") if self.password else text
-
-
-def ssh_command(key_file: Path | None, known_hosts_file: Path | None) -> str:
-    """OpenSSH for one registration: ``-F /dev/null`` so no ssh_config (a ProxyCommand, an
-    agent, forwarding) applies; only the registration's key (else none, not ~/.ssh/id_*); host
-    keys checked strictly against its own known_hosts (else none but the machine's global file).
-    See ssh_config(5) for each option; git runs this through the shell (git(1), GIT_SSH_COMMAND).
-    """
-    options = {
-        "BatchMode": "yes",
-        "IdentitiesOnly": "yes",
-        "IdentityFile": str(key_file) if key_file else "none",
-        "IdentityAgent": "none",
-        "StrictHostKeyChecking": "yes",
-        "UserKnownHostsFile": str(known_hosts_file) if known_hosts_file else "/dev/null",
-        "UpdateHostKeys": "no",
-        "ForwardAgent": "no",
-        "ForwardX11": "no",
-        "ClearAllForwardings": "yes",
-        "PermitLocalCommand": "no",
-        "ProxyCommand": "none",
-        "ProxyJump": "none",
-        "ControlMaster": "no",
-        "ControlPath": "none",
-    }
-    ssh = ["ssh", "-F", "/dev/null"]
-    for name, value in options.items():
-        ssh += ["-o", f"{name}={value}"]
-    return shlex.join(ssh)
-
-
-def git_environment(transport: str, credentials: Credentials) -> dict[str, str]:
-    """The variables of every git child: no prompt, only ``transport`` (git(1),
-    GIT_ALLOW_PROTOCOL; also limits the redirects curl follows), no transport chosen by a
-    repository's content (GIT_PROTOCOL_FROM_USER=0), and the credentials."""
-    return {
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_ALLOW_PROTOCOL": transport,
-        "GIT_PROTOCOL_FROM_USER": "0",
-        **credentials.environment(),
-    }
-
-
-def _checked_branch(branch: str) -> str:
-    problem = check_branch(branch)
-    if problem:
-        raise KlutchError(
-            f"the branch {branch!r} {problem}", "name a branch that git check-ref-format accepts"
-        )
-    return branch
-
-
-def _separate(url: str, credentials: Credentials | None) -> tuple[str, Credentials]:
-    """Move ``user:token@`` out of an http(s) URL, so that it never lands in a remote's config."""
-    parts = urlsplit(url)
-    credentials = credentials or Credentials()
-    if parts.scheme not in ("http", "https") or "@" not in parts.netloc:
-        return url, credentials
-    userinfo, _, host = parts.netloc.rpartition("@")
-    user, _, password = (unquote(p) for p in userinfo.partition(":"))
-    return urlunsplit(parts._replace(netloc=host)), replace(
-        credentials,
-        username=credentials.username or user or None,
-        password=credentials.password or password or None,
-    )
-
-
-def _git(
-    args: list[str],
-    *,
-    cwd: Path | None,
-    credentials: Credentials,
-    transport: str,
-    timeout: float,
-    env: Mapping[str, str] | None = None,
-    stdin: IO[bytes] | None = None,
-) -> tuple[int, str, str]:
-    """Run git once: no prompt, no credential helper that could store our secret, one
-    transport, a deadline."""
-    command = ["git", "-c", "credential.helper=", *args]
-    environment = {**git_environment(transport, credentials), **(env or {})}
-    status, out, err = git.Git(cwd).execute(
-        command,
-        env=environment,
-        kill_after_timeout=timeout,
-        istream=stdin,
-        with_extended_output=True,
-        with_exceptions=False,
-    )
-    return status, out, credentials.redact(err)
-
-
-def ls_remote(
-    url: str, branch: str, credentials: Credentials | None = None, timeout: float = 30
-) -> str | None:
-    """The commit a remote branch points at, or None when it does not exist: a cheap poll."""
-    url, credentials = _separate(url, credentials)
-    transport = url_transport(url)
-    ref = f"refs/heads/{_checked_branch(branch)}"
-    status, out, err = _git(
-        ["ls-remote", "--", url, ref],
-        cwd=None,
-        credentials=credentials,
-        transport=transport,
-        timeout=timeout,
-    )
-    if status != 0:
-        raise KlutchError(
-            f"cannot list {url}: {err.strip()}",
-            fix=_fix(err, "check the repository URL, the network and the credentials"),
-        )
-    for line in out.splitlines():
-        sha, _, name = line.partition("\t")
-        if name == ref:
-            return sha
-    return None
 
 
 class Author(Protocol):
@@ -224,7 +35,7 @@ class Checkout:
     ) -> None:
         self.root = root
         self.url = url  # without credentials
-        self.branch = _checked_branch(branch)
+        self.branch = checked_branch(branch)
         self._transport = url_transport(url)
         self._credentials = credentials
         self._timeout = timeout
@@ -236,14 +47,14 @@ class Checkout:
         branch: str,
         directory: Path,
         credentials: Credentials | None = None,
-        timeout: float = 120,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> Checkout:
         """Reuse the clone in ``directory`` or make one; either way, end at the remote's head.
 
         A branch the remote does not have yet (an empty repository, a new status branch) is
         checked out unborn; the first commit on it becomes a root commit.
         """
-        url, credentials = _separate(url, credentials)
+        url, credentials = separate(url, credentials)
         checkout = cls(Path(directory), url, branch, credentials, timeout)
         dot_git = checkout.root / ".git"
         if dot_git.is_dir():
@@ -418,7 +229,7 @@ class Checkout:
     def _git(
         self, *args: str, env: Mapping[str, str] | None = None, stdin: IO[bytes] | None = None
     ) -> tuple[int, str, str]:
-        return _git(
+        return run_git(
             list(args),
             cwd=self.root,
             credentials=self._credentials,
@@ -440,21 +251,9 @@ class Checkout:
         return KlutchError(
             f"git {command} failed for {self.url} ({self.branch}) in {self.root}: "
             f"{self._credentials.redact(err).strip()}",
-            fix=_fix(
+            fix=fix_for(
                 err,
                 "check the repository URL, the credentials and the network; "
                 "deleting the working clone is safe, it is made again",
             ),
         )
-
-
-def _fix(err: str, default: str) -> str:
-    """The fix for git's error ``err``: ssh's refusal of an unknown host key has its own."""
-    if "Host key verification failed" in err:
-        return (
-            "ssh knows the host only from the registration's known_hosts: add the host's key "
-            "(the known_hosts key of the credentials Secret, --known-hosts of klutch-bind, or "
-            "credentials.knownHostsFile in the config), checked against the host's published "
-            "fingerprints"
-        )
-    return default
