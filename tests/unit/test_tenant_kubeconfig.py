@@ -28,7 +28,8 @@ from klutch_gitops.dev.localstack import kubeconfig as localstack_kubeconfig
 from klutch_gitops.dev.localstack.pki import KeyPair, issue, new_ca, new_key
 from klutch_gitops.kube import client as kube
 from klutch_gitops.kube.client import Kube, KubeError
-from klutch_gitops.tenant_kubeconfig import KubeconfigRefused, load_client, parse
+from klutch_gitops.tenant_kubeconfig import load_client, parse
+from klutch_gitops.tenant_kubeconfig.problems import KubeconfigRefused
 
 TOKEN = "t0ken-Secret.value"  # must never show up in an error
 CA = new_ca("tenant-ca")
