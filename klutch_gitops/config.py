@@ -1,5 +1,5 @@
 """The reconciler's configuration, and the repository registrations it shares with
-RepositoryBindings: what ``config_file`` and ``registrations`` read, as frozen values.
+RepositoryBindings: what ``config_file`` and ``repository_config`` read, as frozen values.
 
 Secrets are never values here, only references: a file, an environment variable, or a Secret on
 the Control Plane.

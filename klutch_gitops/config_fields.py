@@ -2,7 +2,7 @@
 once, each naming the field path and the fix, so one edit fixes them all.
 
 Shared by the reconciler's config (``config_file``), repository registrations
-(``registrations``) and the bind API's config. Secrets are read as references only: a file, an
+(``repository_config``) and the bind API's config. Secrets are read as references only: a file, an
 environment variable, or a Secret on the Control Plane.
 """
 

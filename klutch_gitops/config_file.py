@@ -20,7 +20,7 @@ from klutch_gitops.config import (
     TokenRenewal,
 )
 from klutch_gitops.config_fields import NAME_PATTERN, FieldReader, read_config_file
-from klutch_gitops.registrations import URL_FIX, URL_PATTERN, read_repository
+from klutch_gitops.repository_config import URL_FIX, URL_PATTERN, read_repository
 
 TOKEN_REQUEST_MINIMUM = 600.0  # seconds: the shortest token the TokenRequest API issues
 MAX_SHARDS = 256  # every replica renews its shard Leases each retry period

@@ -37,7 +37,7 @@ from klutch_gitops.git.local import LocalRepository
 from klutch_gitops.git.runner import GitFailed
 from klutch_gitops.kube.client import Kube, KubeError, Resource, api_client
 from klutch_gitops.manifests import Claim, Export, Identity
-from klutch_gitops.registrations import from_repository_binding
+from klutch_gitops.repository_config import from_repository_binding
 from klutch_gitops.urls import InvalidRepoURL, normalize_repo_url
 from reconciler.review import plan
 from reconciler.sync import objects

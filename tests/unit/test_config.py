@@ -9,7 +9,7 @@ import pytest
 from klutch_gitops.config import LeaderElection, SecretRef
 from klutch_gitops.config_file import parse_config
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.registrations import from_repository_binding
+from klutch_gitops.repository_config import from_repository_binding
 
 GOOD = """
 controlPlane: {kubeconfig: cp.kubeconfig}

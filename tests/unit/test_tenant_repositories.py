@@ -20,7 +20,7 @@ import yaml
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git.credentials import Credentials, git_environment, ssh_command
 from klutch_gitops.git.runner import fix_for
-from klutch_gitops.registrations import from_repository_binding
+from klutch_gitops.repository_config import from_repository_binding
 from klutch_gitops.urls import (
     PLATFORM_TRANSPORTS,
     TENANT_TRANSPORTS,
