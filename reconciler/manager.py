@@ -50,7 +50,7 @@ from reconciler.sync.platform import PlatformSync
 from reconciler.sync.events import warning_event
 from reconciler.sync.repository import Key, RepositorySync
 from reconciler.triggers.sources import FileWatcher, Poller
-from reconciler.triggers.webhooks import PullRequestEvent, PushEvent
+from reconciler.triggers.webhook_events import PullRequestEvent, PushEvent
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from klutch_gitops.serving import bounded_config, serve_in_thread
 from reconciler.metrics import exposition
 from reconciler.triggers import webhooks
-from reconciler.triggers.webhooks import Candidates, PullRequestEvent, PushEvent, webhook_router
+from reconciler.triggers.webhook_events import Candidates, PullRequestEvent, PushEvent
+from reconciler.triggers.webhooks import webhook_router
 
 
 class Unauthorized(Exception):

@@ -30,7 +30,7 @@ from reconciler.review.plan import Plan
 from reconciler.review.plan_io import Target, run_plan
 from reconciler.review.plan_render import MAX_COMMENT, render_markdown
 from reconciler.sync.binding import Binding
-from reconciler.triggers.webhooks import PullRequestEvent
+from reconciler.triggers.webhook_events import PullRequestEvent
 
 log = logging.getLogger(__name__)
 

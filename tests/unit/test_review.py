@@ -16,7 +16,7 @@ from klutch_gitops.errors import KlutchError
 from reconciler.review.forges import State
 from reconciler.review.pulls import Reviewer, context, error_comment, marker
 from reconciler.sync.binding import Binding
-from reconciler.triggers.webhooks import PullRequestEvent
+from reconciler.triggers.webhook_events import PullRequestEvent
 
 API = "https://api.github.com/repos/org/claims"
 TOKEN = "t0ken"

@@ -14,14 +14,11 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from reconciler.triggers.deliveries import Deliveries
+from reconciler.triggers.payloads import MAX_DEPTH, nesting_depth
+from reconciler.triggers.webhook_events import PullRequestEvent, PushEvent, WebhookError
 from reconciler.triggers.webhooks import (
     MAX_BODY,
-    MAX_DEPTH,
-    PullRequestEvent,
-    PushEvent,
-    WebhookError,
     inspect,
-    nesting_depth,
     parse_pull_request,
     parse_push,
     webhook_router,
