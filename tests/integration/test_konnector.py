@@ -39,7 +39,8 @@ import copy
 import dataclasses
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -351,6 +352,57 @@ def provide(tenant: Tenant, namespace: str, name: str) -> None:
     )
 
 
+def run_konnector(konnector: Konnector, app_binding: str, namespaces: tuple[str, ...]) -> None:
+    """One pass of the konnector over the App namespaces: its kubeconfig Secret, and each
+    claim's spec, status and connection Secret."""
+    konnector.ensure_consumer_secret(KLUTCH_BIND, app_binding)
+    for namespace in namespaces:
+        for obj in konnector.app.list(POSTGRES, namespace)[0]:
+            konnector.sync_spec(POSTGRES, obj)
+            konnector.sync_status(POSTGRES, namespace, obj["metadata"]["name"])
+            konnector.sync_secret(namespace, f"{obj['metadata']['name']}-conn")
+
+
+def settled(konnector_pass: Callable[[], None], app: Kube, namespace: str, manual: str) -> bool:
+    """Status and credentials on the App claims of both namespaces, after a konnector pass."""
+    konnector_pass()  # its makeProviderOwner Update runs with the binder kubeconfig
+    orders = app.get(POSTGRES, namespace, "orders") or {}
+    shop = app.get(POSTGRES, manual, "shop") or {}
+    return bool(
+        orders.get("status")
+        and shop.get("status")
+        and app.get(SECRETS, namespace, "orders-conn")
+        and app.get(SECRETS, manual, "shop-conn")
+    )
+
+
+def resource_versions(watched: list[tuple[str, Kube, Resource, str, str]]) -> dict[str, str]:
+    """The resourceVersion of each watched object, by cluster, resource, namespace and name."""
+    return {
+        f"{cluster}:{resource.plural}/{namespace}/{name}": kube.get(resource, namespace, name)[
+            "metadata"
+        ]["resourceVersion"]
+        for cluster, kube, resource, namespace, name in watched
+    }
+
+
+def quiet(konnector_pass: Callable[[], None], versions: Callable[[], dict[str, str]]) -> bool:
+    """Converged: nothing moved over two seconds of both tools running."""
+    first = versions()
+    for _ in range(4):
+        konnector_pass()
+        time.sleep(0.5)
+    return versions() == first
+
+
+def run_beside(konnector_pass: Callable[[], None], seconds: float) -> None:
+    """Konnector passes for ``seconds`` while the reconciler runs in its own threads."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        konnector_pass()
+        time.sleep(0.5)
+
+
 def test_the_konnector_runs_beside_the_reconciler_on_our_rbac_alone(
     tenant: Tenant, app_binding: str, clusters: dict[str, client.ApiClient], tmp_path: Path
 ) -> None:
@@ -440,19 +492,12 @@ def test_the_konnector_runs_beside_the_reconciler_on_our_rbac_alone(
         True,
     )
 
-    def konnector_pass() -> None:
-        konnector.ensure_consumer_secret(KLUTCH_BIND, app_binding)
-        for namespace in (tenant.namespace, manual):
-            for obj in tenant.app.list(POSTGRES, namespace)[0]:
-                konnector.sync_spec(POSTGRES, obj)
-                konnector.sync_status(POSTGRES, namespace, obj["metadata"]["name"])
-                konnector.sync_secret(namespace, f"{obj['metadata']['name']}-conn")
-
-    def manual_mapped() -> str | None:
-        konnector_pass()
-        return konnector.target(manual)
-
-    shop_target = eventually(manual_mapped, "the kubectl namespace's mapping", timeout=60)
+    konnector_pass = partial(run_konnector, konnector, app_binding, (tenant.namespace, manual))
+    shop_target = eventually(
+        lambda: konnector_pass() or konnector.target(manual),
+        "the kubectl namespace's mapping",
+        timeout=60,
+    )
     assert konnector.target(tenant.namespace) == tenant.mapped  # the same mapping as ours
     eventually(
         lambda: konnector_pass() or admin.get(POSTGRES, shop_target, "shop"),
@@ -461,18 +506,11 @@ def test_the_konnector_runs_beside_the_reconciler_on_our_rbac_alone(
     provide(tenant, tenant.mapped, "orders")
     provide(tenant, shop_target, "shop")
 
-    def settled() -> bool:
-        konnector_pass()  # its makeProviderOwner Update runs with the binder kubeconfig
-        orders = tenant.app.get(POSTGRES, tenant.namespace, "orders") or {}
-        shop = tenant.app.get(POSTGRES, manual, "shop") or {}
-        return bool(
-            orders.get("status")
-            and shop.get("status")
-            and tenant.app.get(SECRETS, tenant.namespace, "orders-conn")
-            and tenant.app.get(SECRETS, manual, "shop-conn")
-        )
-
-    eventually(settled, "status and credentials in both namespaces", timeout=60)
+    eventually(
+        partial(settled, konnector_pass, tenant.app, tenant.namespace, manual),
+        "status and credentials in both namespaces",
+        timeout=60,
+    )
     konnector.commit_status()  # once: a heartbeat every few minutes, not in the hold below
     heartbeat = admin.get(CLUSTER_BINDINGS, tenant.consumer, "cluster")["status"]
     assert heartbeat["heartbeatInterval"] == "5m0s"
@@ -491,27 +529,10 @@ def test_the_konnector_runs_beside_the_reconciler_on_our_rbac_alone(
         for resource, suffix in ((POSTGRES, ""), (SECRETS, "-conn"))
     ]
 
-    def versions() -> dict[str, str]:
-        return {
-            f"{cluster}:{resource.plural}/{namespace}/{name}": kube.get(resource, namespace, name)[
-                "metadata"
-            ]["resourceVersion"]
-            for cluster, kube, resource, namespace, name in watched
-        }
-
-    def quiet() -> bool:  # converged: nothing moved over two seconds of both tools running
-        first = versions()
-        for _ in range(4):
-            konnector_pass()
-            time.sleep(0.5)
-        return versions() == first
-
-    eventually(quiet, "both tools to converge", timeout=30)
+    versions = partial(resource_versions, watched)
+    eventually(partial(quiet, konnector_pass, versions), "both tools to converge", timeout=30)
     before = versions()
-    deadline = time.monotonic() + HOLD_SECONDS
-    while time.monotonic() < deadline:  # a fight would move a resourceVersion
-        konnector_pass()
-        time.sleep(0.5)
+    run_beside(konnector_pass, HOLD_SECONDS)  # a fight would move a resourceVersion
     assert versions() == before  # over HOLD_SECONDS / POLL_SECONDS = 24 polls of the reconciler
 
     # Credentials reached both namespaces, from the konnector, the one writer of the App copy.
