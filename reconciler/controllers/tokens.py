@@ -39,7 +39,7 @@ from klutch_gitops.kube.client import EVENTS, FIELD_MANAGER, SECRETS, Kube, Kube
 from klutch_gitops.kube.informer import Informer, object_key
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
 from reconciler import metrics
-from reconciler.sync.repository import warning_event
+from reconciler.sync.events import warning_event
 
 log = logging.getLogger(__name__)
 

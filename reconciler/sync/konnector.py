@@ -9,17 +9,18 @@ reads it; the spec sync is controllers/cluster/serviceexport/spec/spec_reconcile
 reconciler maps the same way (``klutch_gitops.apis.mapped_namespace``), so for the same consumer
 namespace one App claim is one Control Plane claim. For another one, both would write every claim
 of that kind: two Control Plane claims, two real data services. This module only decides; the
-reads are in ``repository.py``.
+reads are in ``kinds.py``.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.manifests import Claim, Rejection
 from klutch_gitops.tenant_kubeconfig import load
 
 DEFAULT_KEY = "kubeconfig"  # Klutch's LocalSecretKeyRef allows only this key
@@ -113,3 +114,28 @@ def decide(binding: Mapping[str, Any] | None, konnector_consumer: str | None, ou
             f"kubectl delete apiservicebinding {name} --cascade=orphan"
         ),
     )
+
+
+def refuse_foreign(
+    in_git: tuple[Claim, ...],
+    claims: tuple[Claim, ...],
+    conflicts: Mapping[str, Verdict],
+    export_name: Callable[[Claim], str],
+) -> tuple[tuple[Claim, ...], list[Rejection]]:
+    """Leave out the claims of a kind a konnector serves for another consumer namespace
+    (``conflicts``, by export name), and report each of its documents in Git as refused with
+    the reason and the fix."""
+    if not conflicts:
+        return claims, []
+    problems = [
+        Rejection(
+            file=claim.location.file,
+            document=claim.location.document,
+            identity=claim.identity,
+            message=f"{claim.identity} is not synced: {verdict.message}",
+            fix=verdict.fix,
+        )
+        for claim in in_git
+        if (verdict := conflicts.get(export_name(claim))) is not None
+    ]
+    return tuple(c for c in claims if export_name(c) not in conflicts), problems

@@ -4,10 +4,15 @@ Git holds spec and clusters hold status; status reaches Git only here, as bot co
 whatever people pushed. A push is never forced: when someone pushed meanwhile, the changes are
 computed again on their tree and committed on top, so no human commit is lost or rewritten. An idle
 reconciler commits nothing, because only a change of content makes a change.
+
+``Schedule`` decides when a repository's passes need a write-back at all: only when what a pass
+observed changed, and then only the statuses Git does not hold already.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import random
@@ -28,7 +33,7 @@ from klutch_gitops.git.checkout import Checkout
 from klutch_gitops.manifests import Identity, Rejection
 from klutch_gitops.yamledit import dump, load_all, set_status
 from klutch_gitops.yamlsafe import YamlError, load_documents
-from reconciler.sync.desired import Limits
+from reconciler.sync.desired import DesiredState, Limits
 
 _log = logging.getLogger(__name__)
 
@@ -62,6 +67,101 @@ class Summary:
     source_commit: str
     counts: Mapping[str, int]  # e.g. claims, applied, rejected, deleted
     rejections: Sequence[Rejection]
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the next write-back commits."""
+
+    statuses: tuple[ObservedStatus, ...]
+    summary: Summary
+
+
+def git_holds(observed: ObservedStatus, in_git: Mapping[str, Any] | None) -> bool:
+    """Whether Git already holds the observed status (``in_git``): nothing to write for it."""
+    return observed.status == in_git
+
+
+class Schedule:
+    """The write-back of one repository: what the next one commits, and whether a pass changed
+    it. Passes run often; a write-back is asked for only when what they observed changed."""
+
+    def __init__(self, mode: Mode) -> None:
+        self.mode = mode
+        self.report: Report | None = None
+        self._fingerprint = ""
+        self._source: tuple[str | None, str] = (None, "")
+
+    def source(self, head: str | None, reader: Checkout) -> str:
+        """The newest human commit, not the head: the head moves with our own status commits,
+        and naming it in reconcile.yaml would make every status commit cause another."""
+        if self._source[0] != head:
+            self._source = (head, source_commit(reader) or head or "")
+        return self._source[1]
+
+    def plan(
+        self,
+        desired: DesiredState,
+        statuses: tuple[ObservedStatus, ...],
+        problems: Sequence[Rejection],
+        source: str,
+    ) -> bool:
+        """Keep what the next write-back commits; True when it differs from what was last
+        scheduled, so that a write-back must be scheduled."""
+        summary = Summary(
+            source_commit=source,
+            rejections=(*desired.rejections, *problems),
+            counts={
+                "claims": len(desired.claims),
+                "rejected": len(desired.rejections),
+                "problems": len(problems),
+                "ready": sum(1 for s in statuses if _ready(s.status)),
+            },
+        )
+        fingerprint = _fingerprint(statuses, summary)
+        if self.mode is Mode.INLINE:
+            # the files hold a status already: only what differs needs their parsing and editing
+            in_git = {c.identity: c.git_status for c in desired.claims}
+            statuses = tuple(s for s in statuses if not git_holds(s, in_git.get(s.identity)))
+        self.report = Report(statuses, summary)
+        if fingerprint == self._fingerprint:
+            return False
+        self._fingerprint = fingerprint
+        return True
+
+    def commit(self, writer: Checkout, path: str, bot: Bot) -> str | None:
+        """Commit what the last pass observed; nothing when Git already says it."""
+        if self.report is None:
+            return None
+        statuses, summary = self.report.statuses, self.report.summary
+        writer.fetch()
+        now = datetime.now(UTC)
+        return write_back(
+            writer,
+            lambda tree: render_changes(tree, path, self.mode, statuses, summary, now),
+            message=f"klutch-gitops: status of {summary.counts['claims']} claim(s) in {path}",
+            source_commit=summary.source_commit,
+            bot=bot,
+        )
+
+
+def _fingerprint(statuses: Sequence[ObservedStatus], summary: Summary) -> str:
+    return hashlib.sha256(
+        json.dumps(
+            [[str(s.identity), s.status] for s in statuses]
+            + [r.as_dict() for r in summary.rejections]
+            + [summary.counts, summary.source_commit],
+            sort_keys=True,
+            default=str,
+        ).encode()
+    ).hexdigest()
+
+
+def _ready(status: Mapping[str, Any] | None) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (status or {}).get("conditions") or []
+    )
 
 
 def render_changes(
@@ -164,7 +264,7 @@ def _inline(tree: Path, base: str, statuses: Sequence[ObservedStatus]) -> dict[s
             if observed is None or _another_definition(observed, file, document.index):
                 continue
             del pending[observed.identity]
-            if _git_status(value) == observed.status:
+            if git_holds(observed, _git_status(value)):
                 continue
             try:
                 edited = set_status(edited, document.index, observed.status)

@@ -114,7 +114,7 @@ def caught_up(tenant: Tenant) -> None:
 
     def fetched() -> bool:
         seen = sync.head
-        if seen is None or KIND not in sync.app_claims:
+        if seen is None or KIND not in sync.view.app_claim_caches:
             return False
         ancestor = subprocess.run(
             ["git", "merge-base", "--is-ancestor", head, seen], cwd=tenant.remote, check=False
@@ -143,10 +143,10 @@ def settle(tenant: Tenant, names: list[str]) -> dict[str, tuple[str | None, str 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and passes < 20:
         current = versions(tenant, names)
-        cp_cache = sync.cp_claims.get((KIND, tenant.mapped))
+        cp_cache = sync.view.cp_claim_caches.get((KIND, tenant.mapped))
         cached = {
             name: (
-                _rv(sync.app_claims[KIND].get(tenant.namespace, name)),
+                _rv(sync.view.app_claim_caches[KIND].get(tenant.namespace, name)),
                 _rv(cp_cache.get(tenant.mapped, name) if cp_cache else None),
             )
             for name in names
@@ -182,9 +182,9 @@ def report(tenant: Tenant, name: str, status: dict[str, Any]) -> None:
 
 
 def problems(tenant: Tenant) -> list[str]:
-    report = tenant.reconciler.syncs[repository(tenant)]._report
+    report = tenant.reconciler.syncs[repository(tenant)].schedule.report
     assert report is not None
-    return [r.message for r in report[1].rejections]
+    return [r.message for r in report.summary.rejections]
 
 
 def managers(obj: dict) -> dict[tuple[str, str, str], dict]:

@@ -1,0 +1,72 @@
+"""Stage (``appSync: external``): the App objects Argo CD or Flux applied that this repository
+mirrors, as claims.
+
+Ours are those Git names (not yet adopted) and those carrying our label (adopted, even if Git
+dropped them and the tool did not prune them: the App Cluster says what is deployed). What is
+mirrored is what the tool applied, not Git's newest commit, which it may not have synced yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from klutch_gitops.manifests import Claim, Identity, Location, Rejection
+from reconciler.sync import objects
+from reconciler.sync.view import View
+
+
+def adopt(
+    view: View,
+    in_git: tuple[Claim, ...],
+    repository: str,
+    app_namespaces: tuple[str, ...],
+    path: str,
+) -> tuple[tuple[Claim, ...], list[Rejection]]:
+    """The claims to mirror from every exported kind's App objects, and the refused ones."""
+    live = [obj for export in view.exports.values() for obj in view.app_claims(export)]
+    return adopted(live, in_git, repository, app_namespaces, path)
+
+
+def adopted(
+    live_objects: Iterable[dict],
+    in_git: tuple[Claim, ...],
+    repository: str,
+    app_namespaces: tuple[str, ...],
+    path: str,
+) -> tuple[tuple[Claim, ...], list[Rejection]]:
+    """The App objects to mirror, as claims sorted by identity; an object Git names that
+    another repository's label claims is refused, not mirrored."""
+    git_claims = {c.identity: c for c in in_git}
+    claims: list[Claim] = []
+    problems: list[Rejection] = []
+    for live in live_objects:
+        meta = live["metadata"]
+        if meta["namespace"] not in app_namespaces or meta.get("deletionTimestamp"):
+            continue
+        identity = Identity.of(live)
+        git = git_claims.get(identity)
+        owner = objects.repository_of(live)
+        if owner not in (None, repository):
+            if git is not None:
+                problems.append(
+                    Rejection(
+                        file=git.location.file,
+                        document=git.location.document,
+                        message=f"{identity} in the App Cluster belongs to repository "
+                        f"{owner}; it is not mirrored from here",
+                        fix="define each claim in one repository only",
+                    )
+                )
+            continue
+        if owner is None and git is None:
+            continue  # someone else's object: not named by this repository
+        claims.append(
+            Claim(
+                identity,
+                live["apiVersion"],
+                objects.mirrored_body(live),
+                git.location if git else Location(path, 0),
+                git.git_status if git else None,
+            )
+        )
+    return tuple(sorted(claims, key=lambda c: c.identity)), problems

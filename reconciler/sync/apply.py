@@ -1,0 +1,137 @@
+"""Stage: server-side apply what differs, App Cluster first, then the Control Plane copy.
+
+The App copy is applied without force (another field manager's fields are a reported conflict),
+the Control Plane copy with force (it is our mirror: drift there is reverted). In external mode
+the App copy only gets our label and finalizer; the spec there is the tool's.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from klutch_gitops.failpoints import failpoint
+from klutch_gitops.kube.client import KubeError, Resource
+from klutch_gitops.manifests import Claim, Rejection
+from reconciler.sync import objects
+from reconciler.sync.view import View, claim_resource
+
+APPLY_CONCURRENCY = 8  # writes in flight per pass; the client's connection pool holds 10
+
+REFUSAL_FIXES = {
+    409: "another field manager owns these fields: remove them from Git or from the other tool",
+    422: "change the claim so the Control Plane accepts it",
+    403: "the binding may not do this: check the exported APIs and namespaces",
+}
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the claims come from: what the App copy records, and who writes it."""
+
+    repository: str
+    path: str
+    commit: str
+    external: bool  # Argo CD or Flux applies the App copy
+
+
+@dataclass(frozen=True)
+class Write:
+    claim: Claim
+    resource: Resource
+    app_body: dict | None  # None: the App copy is as it should be
+    cp_body: dict | None  # None: the Control Plane copy is, or its namespace is not mapped yet
+
+
+def apply_claims(view: View, claims: tuple[Claim, ...], source: Source) -> list[Rejection]:
+    """Write what differs for every claim; the refused writes as problems.
+
+    Deciding is cheap and done in order; only the writes run concurrently, so an idle pass
+    costs no threads and a cold sync of many claims is not one round-trip at a time.
+    """
+    writes = [write for claim in claims if (write := plan(view, claim, source))]
+    if len(writes) <= 1:
+        found = [write_claim(view, write, source.external) for write in writes]
+    else:
+        with ThreadPoolExecutor(APPLY_CONCURRENCY, thread_name_prefix="apply") as pool:
+            found = list(pool.map(lambda write: write_claim(view, write, source.external), writes))
+    return [p for problems in found for p in problems]
+
+
+def plan(view: View, claim: Claim, source: Source) -> Write | None:
+    """What to write for one claim (App body, Control Plane body), or None if in sync.
+
+    External mode: the App body only adopts (label, finalizer); the spec is the tool's."""
+    export = view.export_of(claim)
+    ident = claim.identity
+    live = view.app_claim(export, ident.namespace, ident.name)
+    if live is not None and live["metadata"].get("deletionTimestamp"):
+        return None  # finishing a deletion first; the next pass recreates it
+    if source.external:
+        app_body = objects.adoption_object(live, source.repository) if live is not None else None
+    else:
+        body = objects.app_object(claim, source.repository, source.path, source.commit, live)
+        app_body = body if objects.needs_apply(body, live) else None
+    target = view.mapping.get(ident.namespace)
+    cp_body = None
+    if target is not None:
+        copy = objects.control_plane_object(claim, target)
+        upstream = view.cp_claim(export, target, ident.name)
+        cp_body = copy if objects.needs_apply(copy, upstream) else None
+    if app_body is None and cp_body is None:
+        return None
+    return Write(claim, claim_resource(export, claim), app_body, cp_body)
+
+
+def write_claim(view: View, write: Write, external: bool) -> list[Rejection]:
+    claim, resource = write.claim, write.resource
+    if write.app_body is not None:
+        try:
+            apply_app(view, resource, write.app_body, external)
+        except KubeError as error:
+            ident = claim.identity
+            live = view.app_claim(view.export_of(claim), ident.namespace, ident.name)
+            if live is not None:
+                view.event(resource, live, "ApplyFailed", error.message)
+            return [refusal(claim, error, "App Cluster")]
+    if write.cp_body is not None:
+        try:
+            view.apply_cp(resource, write.cp_body)
+        except KubeError as error:
+            return [refusal(claim, error, "Control Plane")]
+        failpoint("controlplane.after-apply")
+    return []
+
+
+def apply_app(view: View, resource: Resource, body: dict, external: bool) -> None:
+    """Server-side apply of an App claim. On a field conflict, once, the fields kubectl set
+    are taken over as Flux does (``objects.without_kubectl_managers``) and the apply is
+    repeated: a claim made with kubectl moves into Git. Another tool's fields stay a conflict.
+    """
+    try:
+        view.apply_app(resource, body)
+    except KubeError as error:
+        if not error.conflict or external:
+            raise
+        meta = body["metadata"]
+        live = view.get_app(resource, meta["namespace"], meta["name"]) or {"metadata": {}}
+        kept = objects.without_kubectl_managers(live["metadata"].get("managedFields") or [])
+        if kept is None:
+            raise
+        version = live["metadata"]["resourceVersion"]  # a concurrent writer makes it a 409
+        view.patch_app(
+            resource,
+            meta["namespace"],
+            meta["name"],
+            {"metadata": {"managedFields": kept, "resourceVersion": version}},
+        )
+        view.apply_app(resource, body)
+
+
+def refusal(claim: Claim, error: KubeError, where: str) -> Rejection:
+    return Rejection(
+        file=claim.location.file,
+        document=claim.location.document,
+        message=f"{where} refused {claim.identity}: {error.message}",
+        fix=REFUSAL_FIXES.get(error.status, "see the message; the next sync retries"),
+    )

@@ -1,0 +1,89 @@
+"""Stage: status and provider-owned Secrets from the Control Plane back to the App Cluster, and
+the statuses Git gets."""
+
+from __future__ import annotations
+
+from klutch_gitops.kube.client import SECRETS
+from klutch_gitops.manifests import Claim
+from reconciler.sync import objects
+from reconciler.sync.desired import DesiredState
+from reconciler.sync.view import View, claim_resource
+from reconciler.sync.writeback import ObservedStatus
+
+
+def upstream(view: View, claim: Claim) -> dict | None:
+    """The claim's Control Plane copy, from the cache; None while its namespace is unmapped."""
+    target = view.mapping.get(claim.identity.namespace)
+    if target is None:
+        return None
+    return view.cp_claim(view.export_of(claim), target, claim.identity.name)
+
+
+def observe(
+    view: View, desired: DesiredState, mirrored: tuple[Claim, ...], repository: str
+) -> tuple[ObservedStatus, ...]:
+    """Copy status and provider-owned Secrets to the mirrored App objects; return what Git
+    gets (the status of every claim Git holds)."""
+    statuses = tuple(
+        ObservedStatus(
+            claim.identity,
+            claim.api_version,
+            (upstream(view, claim) or {}).get("status"),
+            claim.location.file,
+            claim.location.document,
+        )
+        for claim in desired.claims
+    )
+    for claim in mirrored:
+        export = view.export_of(claim)
+        live = view.app_claim(export, claim.identity.namespace, claim.identity.name)
+        copy = upstream(view, claim)
+        if live is None or copy is None:
+            continue
+        target = view.mapping[claim.identity.namespace]
+        in_sync = not objects.needs_apply(objects.control_plane_object(claim, target), copy)
+        patch = objects.status_object(live, copy, in_sync)
+        if patch is not None:
+            view.apply_app(claim_resource(export, claim), patch, force=True, status=True)
+        copy_secrets(view, claim, live, target, repository)
+    drop_orphan_secrets(view, mirrored)
+    return statuses
+
+
+def copy_secrets(view: View, claim: Claim, live: dict, target: str, repository: str) -> None:
+    if not view.cp_secrets_synced(target):
+        return  # an unfilled cache would look like deleted credentials
+    namespace = claim.identity.namespace
+    for name in objects.credential_secret_names(claim.body):
+        source = view.cp_secret(target, name)
+        current = view.secret_copy(namespace, name)
+        if source is None:
+            if current is not None:
+                view.delete_app(SECRETS, namespace, name)
+            continue
+        if objects.claimed_by_konnector(source):
+            continue  # Klutch's konnector copies it down; a second writer would fight it
+        wanted = objects.secret_copy(source, namespace, repository, live)
+        if (
+            current is None
+            or current.get("data") != wanted["data"]
+            or objects.needs_apply(wanted, current)
+        ):
+            view.apply_app(SECRETS, wanted, force=True)
+
+
+def drop_orphan_secrets(view: View, claims: tuple[Claim, ...]) -> None:
+    """Drop a copied Secret its claim no longer names. A Secret whose claim is gone goes
+    with it (ownerReference); one whose claim was only rejected stays, like the claim."""
+    named = {
+        (c.identity.namespace, c.identity.kind, c.identity.name): objects.credential_secret_names(
+            c.body
+        )
+        for c in claims
+    }
+    for secret in view.secret_copies():
+        meta = secret["metadata"]
+        for owner in meta.get("ownerReferences") or []:
+            wanted = named.get((meta["namespace"], owner["kind"], owner["name"]))
+            if wanted is not None and meta["name"] not in wanted:
+                view.delete_app(SECRETS, meta["namespace"], meta["name"])
