@@ -19,15 +19,22 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from klutch_gitops import __version__, oidc_client
-from klutch_gitops.bind import app_cluster, request
+from klutch_gitops import __version__
+from klutch_gitops.bind import app_cluster, request, token_cache
 from klutch_gitops.bind import client as bind_client
+from klutch_gitops.bind.browser_login import browser_login
 from klutch_gitops.bind.client import BindClient
+from klutch_gitops.bind.device_login import (
+    DeviceCode,
+    poll_device_token,
+    start_device_authorization,
+)
 from klutch_gitops.bind.output import Output, emit, print_bind_report, print_table, show_claims
 from klutch_gitops.bind.request import GIT_PASSWORD_ENV, claims_for, confirmation_needed
 from klutch_gitops.console import err, out, run_cli
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import Kube
+from klutch_gitops.oidc_client import DEFAULT_SCOPES, discover, http_client, unverified_claims
 
 app = typer.Typer(
     help="Bind an App Cluster and a Git repository to Klutch data-service APIs.",
@@ -73,7 +80,7 @@ def login(
             show_default=False,
         ),
     ] = None,
-    scopes: Annotated[str, typer.Option("--scopes")] = oidc_client.DEFAULT_SCOPES,
+    scopes: Annotated[str, typer.Option("--scopes")] = DEFAULT_SCOPES,
     callback_port: Annotated[
         int,
         typer.Option(
@@ -84,24 +91,24 @@ def login(
 ) -> None:
     """Log in to the issuer and cache the tokens (owner-only) for the other commands."""
     use_browser = not headless() if browser is None else browser
-    with oidc_client.http_client(ca) as http:
-        provider = oidc_client.discover(http, issuer)
+    with http_client(ca) as http:
+        provider = discover(http, issuer)
         if use_browser:
-            body = oidc_client.browser_login(
+            body = browser_login(
                 http, provider, client_id, scopes, _open_browser, port=callback_port
             )
         else:
-            device = oidc_client.start_device_authorization(http, provider, client_id, scopes)
+            device = start_device_authorization(http, provider, client_id, scopes)
             _show_device_code(device)
             with err.status("waiting for the login to be approved…"):
-                body = oidc_client.poll_device_token(http, provider, client_id, device)
-    tokens = oidc_client.tokens_from_response(issuer, client_id, ca, body)
-    path = oidc_client.save(tokens)
-    who = oidc_client.unverified_claims(tokens.id_token).get("email", "the issuer")
+                body = poll_device_token(http, provider, client_id, device)
+    tokens = token_cache.tokens_from_response(issuer, client_id, ca, body)
+    path = token_cache.save(tokens)
+    who = unverified_claims(tokens.id_token).get("email", "the issuer")
     out.print(f"[green]logged in[/green] as {escape(str(who))}; tokens cached in {path}")
 
 
-def _show_device_code(device: oidc_client.DeviceCode) -> None:
+def _show_device_code(device: DeviceCode) -> None:
     err.print(f"open      {device.verification_uri}")
     err.print(f"and enter [bold]{escape(device.user_code)}[/bold]")
     if device.verification_uri_complete:
@@ -116,14 +123,14 @@ def _open_browser(url: str) -> None:
 @app.command()
 def logout(issuer: Issuer) -> None:
     """Revoke the refresh tokens at the issuer where it supports RFC 7009, then forget them."""
-    entries = oidc_client.cached(issuer)
+    entries = token_cache.cached(issuer)
     if not entries:
         out.print(f"not logged in to {issuer}")
         return
-    with oidc_client.http_client(entries[0].ca) as http:
-        provider = oidc_client.discover(http, issuer)
-        revoked = [oidc_client.revoke(http, provider, tokens) for tokens in entries]
-    oidc_client.remove(issuer)
+    with http_client(entries[0].ca) as http:
+        provider = discover(http, issuer)
+        revoked = [token_cache.revoke(http, provider, tokens) for tokens in entries]
+    token_cache.remove(issuer)
     if all(revoked):
         out.print(f"logged out of {issuer}; the refresh token was revoked at the issuer")
     elif provider.revocation_endpoint is None:
@@ -144,7 +151,7 @@ def token(
     ] = None,
 ) -> None:
     """Print a fresh ID token (refreshed if it expires within 60 s), for scripts."""
-    typer.echo(oidc_client.fresh_id_token(issuer, client_id, min_valid=60))
+    typer.echo(token_cache.fresh_id_token(issuer, client_id, min_valid=60))
 
 
 # --- bindings ------------------------------------------------------------------------------------
@@ -181,7 +188,7 @@ def bearer_token(issuer: str | None, token: str | None, client_id: str | None) -
             "no token: pass --issuer (after 'klutch-bind login') or --token",
             'e.g. --issuer https://dex.example.com, or --token "$(klutch-bind token --issuer …)"',
         )
-    return oidc_client.fresh_id_token(issuer, client_id, min_valid=60)
+    return token_cache.fresh_id_token(issuer, client_id, min_valid=60)
 
 
 def _client(

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from klutch_gitops import oidc_client
+from klutch_gitops.bind import browser_login, device_login, token_cache
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.errors import KlutchError
 
@@ -69,7 +70,7 @@ def dex_callback(stack: StackInfo, http: httpx.Client, url: str, redirect: str) 
 
 
 def check_cache(config_home: Path, stack: StackInfo) -> dict:
-    path = oidc_client.cache_path(stack.dex.issuer, stack.dex.cli_client_id)
+    path = token_cache.cache_path(stack.dex.issuer, stack.dex.cli_client_id)
     assert path.parent == config_home / "klutch-gitops" / "tokens"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
@@ -123,7 +124,7 @@ def test_refresh_gives_a_new_id_token(
     stack: StackInfo, config_home: Path, dex_http: httpx.Client
 ) -> None:
     login_by_device(stack, dex_http)
-    path = oidc_client.cache_path(stack.dex.issuer, stack.dex.cli_client_id)
+    path = token_cache.cache_path(stack.dex.issuer, stack.dex.cli_client_id)
     old = json.loads(path.read_text())
     path.write_text(json.dumps({**old, "expires_at": time.time() + 30}))  # within the 60 s
     time.sleep(1.1)  # Dex's tokens are deterministic within a second (iat, exp)
@@ -150,7 +151,7 @@ def test_logout_forgets_the_tokens(
     assert logout.returncode == 0, logout.stderr
     # Dex names no revocation_endpoint (dexidp/dex#1778): the CLI says so instead of pretending.
     assert "does not support token revocation" in " ".join(logout.stdout.split())
-    assert not oidc_client.cache_path(stack.dex.issuer, stack.dex.cli_client_id).exists()
+    assert not token_cache.cache_path(stack.dex.issuer, stack.dex.cli_client_id).exists()
     token = cli(config_home, "token", "--issuer", stack.dex.issuer)
     assert token.returncode == 1
     assert "not logged in" in token.stderr
@@ -160,15 +161,15 @@ def login_by_device(stack: StackInfo, http: httpx.Client) -> None:
     """The library path of ``login --device``, approving the code as the person would."""
     provider = oidc_client.discover(http, stack.dex.issuer)
     client_id = stack.dex.cli_client_id
-    device = oidc_client.start_device_authorization(
+    device = device_login.start_device_authorization(
         http, provider, client_id, oidc_client.DEFAULT_SCOPES
     )
     with browser(stack) as person:
         assert device.verification_uri_complete
         log_in_on_dex(stack, person, device.verification_uri_complete)
-    body = oidc_client.poll_device_token(http, provider, client_id, device)
-    oidc_client.save(
-        oidc_client.tokens_from_response(stack.dex.issuer, client_id, stack.dex.ca, body)
+    body = device_login.poll_device_token(http, provider, client_id, device)
+    token_cache.save(
+        token_cache.tokens_from_response(stack.dex.issuer, client_id, stack.dex.ca, body)
     )
 
 
@@ -188,7 +189,7 @@ def test_browser_login_with_pkce_refuses_a_wrong_state(
             assert done.status_code == 200, done.text
 
     provider = oidc_client.discover(dex_http, stack.dex.issuer)
-    body = oidc_client.browser_login(
+    body = browser_login.browser_login(
         dex_http,
         provider,
         stack.dex.cli_client_id,
@@ -196,10 +197,10 @@ def test_browser_login_with_pkce_refuses_a_wrong_state(
         open_browser,
     )
     assert refused == [400]
-    tokens = oidc_client.tokens_from_response(
+    tokens = token_cache.tokens_from_response(
         stack.dex.issuer, stack.dex.cli_client_id, stack.dex.ca, body
     )
-    oidc_client.save(tokens)
+    token_cache.save(tokens)
     check_cache(config_home, stack)
 
 
@@ -214,7 +215,7 @@ def test_browser_login_does_not_complete_with_a_wrong_state(
 
     provider = oidc_client.discover(dex_http, stack.dex.issuer)
     with pytest.raises(KlutchError, match="no login callback arrived"):
-        oidc_client.browser_login(
+        browser_login.browser_login(
             dex_http,
             provider,
             stack.dex.cli_client_id,
@@ -237,7 +238,7 @@ def test_dex_accepts_a_loopback_redirect_on_any_port_and_no_other_host(
         )
 
     with browser(stack) as http:
-        accepted = http.get(url(oidc_client.redirect_uri(49152)), follow_redirects=True)
+        accepted = http.get(url(browser_login.redirect_uri(49152)), follow_redirects=True)
         refused = http.get(url("http://evil.example/callback"), follow_redirects=True)
     assert accepted.status_code == 200
     assert "password" in accepted.text.lower()

@@ -17,10 +17,10 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from klutch_gitops import oidc_client
 from klutch_gitops.bind import cli as bind_cli
+from klutch_gitops.bind import token_cache
+from klutch_gitops.bind.token_cache import Tokens
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.oidc_client import Tokens
 
 
 @dataclass
@@ -80,7 +80,7 @@ def config_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def log_in(issuer: Issuer, refresh_token: str | None = "refresh-1") -> Path:  # noqa: S107
-    return oidc_client.save(
+    return token_cache.save(
         Tokens(
             issuer=issuer.url,
             client_id="klutch-bind",

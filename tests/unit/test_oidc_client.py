@@ -16,9 +16,13 @@ import httpx
 import pytest
 
 from klutch_gitops import oidc_client
+from klutch_gitops.bind import browser_login, device_login, token_cache
 from klutch_gitops.bind import cli as bind_cli
+from klutch_gitops.bind.browser_login import CallbackRefused
+from klutch_gitops.bind.device_login import DeviceCode
+from klutch_gitops.bind.token_cache import Tokens
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.oidc_client import CallbackRefused, DeviceCode, Provider, Tokens
+from klutch_gitops.oidc_client import Provider
 
 ISSUER = "https://dex.example"
 PROVIDER = Provider(
@@ -66,7 +70,7 @@ def test_cache_is_owner_only_even_with_a_lax_umask_and_an_open_directory(
     directory.mkdir(parents=True, mode=0o755)
     old_umask = os.umask(0)
     try:
-        path = oidc_client.save(tokens())
+        path = token_cache.save(tokens())
     finally:
         os.umask(old_umask)
     key = hashlib.sha256(f"{ISSUER}klutch-bind".encode()).hexdigest()[:16]
@@ -79,44 +83,44 @@ def test_cache_is_owner_only_even_with_a_lax_umask_and_an_open_directory(
 
 
 def test_cache_is_replaced_atomically_and_read_back() -> None:
-    oidc_client.save(tokens())
-    path = oidc_client.save(tokens(id_token=jwt(exp=3000), expires_at=3000.0))
+    token_cache.save(tokens())
+    path = token_cache.save(tokens(id_token=jwt(exp=3000), expires_at=3000.0))
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert oidc_client.cached(ISSUER) == [tokens(id_token=jwt(exp=3000), expires_at=3000.0)]
-    assert oidc_client.cached("https://other.example") == []
+    assert token_cache.cached(ISSUER) == [tokens(id_token=jwt(exp=3000), expires_at=3000.0)]
+    assert token_cache.cached("https://other.example") == []
 
 
 def test_token_needs_a_client_id_when_logged_in_with_several() -> None:
-    oidc_client.save(tokens())
-    oidc_client.save(tokens(client_id="other"))
+    token_cache.save(tokens())
+    token_cache.save(tokens(client_id="other"))
     with pytest.raises(KlutchError, match="several clients") as error:
-        oidc_client.fresh_id_token(ISSUER)
+        token_cache.fresh_id_token(ISSUER)
     assert error.value.fix == "pass --client-id"
-    assert oidc_client.fresh_id_token(ISSUER, "other", min_valid=-1e12) == tokens().id_token
+    assert token_cache.fresh_id_token(ISSUER, "other", min_valid=-1e12) == tokens().id_token
 
 
 def test_a_valid_token_is_returned_without_refresh() -> None:
     valid = tokens(expires_at=9e12)
-    oidc_client.save(valid)
-    assert oidc_client.fresh_id_token(ISSUER) == valid.id_token
+    token_cache.save(valid)
+    assert token_cache.fresh_id_token(ISSUER) == valid.id_token
 
 
 def test_logout_removes_every_client_of_the_issuer() -> None:
-    oidc_client.save(tokens())
-    oidc_client.save(tokens(client_id="other"))
-    oidc_client.save(tokens(issuer="https://keep.example"))
-    assert oidc_client.remove(ISSUER) == 2
-    assert oidc_client.cached(ISSUER) == []
-    assert len(oidc_client.cached("https://keep.example")) == 1
+    token_cache.save(tokens())
+    token_cache.save(tokens(client_id="other"))
+    token_cache.save(tokens(issuer="https://keep.example"))
+    assert token_cache.remove(ISSUER) == 2
+    assert token_cache.cached(ISSUER) == []
+    assert len(token_cache.cached("https://keep.example")) == 1
     with pytest.raises(KlutchError, match="not logged in"):
-        oidc_client.fresh_id_token(ISSUER)
+        token_cache.fresh_id_token(ISSUER)
 
 
 def test_a_corrupt_cache_names_the_file(config_home: Path) -> None:
-    path = oidc_client.save(tokens())
+    path = token_cache.save(tokens())
     path.write_text("{not json")
     with pytest.raises(KlutchError, match="not a klutch-bind token cache") as error:
-        oidc_client.cached(ISSUER, "klutch-bind")
+        token_cache.cached(ISSUER, "klutch-bind")
     assert str(path) in error.value.fix
 
 
@@ -125,14 +129,14 @@ def test_a_corrupt_cache_names_the_file(config_home: Path) -> None:
 
 def test_expiry_comes_from_the_id_token_exp_claim() -> None:
     body = {"id_token": jwt(exp=1234, nonce="n"), "refresh_token": "r", "expires_in": 99999}
-    entry = oidc_client.tokens_from_response(ISSUER, "klutch-bind", "/ca.pem", body, now=1000)
+    entry = token_cache.tokens_from_response(ISSUER, "klutch-bind", "/ca.pem", body, now=1000)
     assert entry.expires_at == 1234
     assert entry.ca == "/ca.pem"
 
 
 def test_expiry_falls_back_to_expires_in_and_the_old_refresh_token_is_kept() -> None:
     body = {"id_token": jwt(sub="x"), "expires_in": 300}
-    entry = oidc_client.tokens_from_response(ISSUER, "c", None, body, "old-refresh", now=1000)
+    entry = token_cache.tokens_from_response(ISSUER, "c", None, body, "old-refresh", now=1000)
     assert entry.expires_at == 1300
     assert entry.refresh_token == "old-refresh"
 
@@ -146,39 +150,39 @@ def test_expires_within() -> None:
 
 def test_a_response_without_an_id_token_is_refused() -> None:
     with pytest.raises(KlutchError, match="no ID token"):
-        oidc_client.tokens_from_response(ISSUER, "c", None, {"access_token": "a"})
+        token_cache.tokens_from_response(ISSUER, "c", None, {"access_token": "a"})
 
 
 # --- state, nonce, PKCE -------------------------------------------------------------------------
 
 
 def test_callback_with_the_right_state_gives_the_code() -> None:
-    assert oidc_client.read_callback("code=abc&state=s1", "s1") == "abc"
+    assert browser_login.read_callback("code=abc&state=s1", "s1") == "abc"
 
 
 @pytest.mark.parametrize("query", ["code=abc&state=s2", "code=abc", "state=&code=abc", ""])
 def test_callback_with_a_wrong_or_missing_state_is_refused(query: str) -> None:
     with pytest.raises(CallbackRefused):
-        oidc_client.read_callback(query, "s1")
+        browser_login.read_callback(query, "s1")
 
 
 def test_callback_error_with_the_right_state_ends_the_login() -> None:
     with pytest.raises(KlutchError, match="denied by user"):
-        oidc_client.read_callback(
+        browser_login.read_callback(
             "error=access_denied&error_description=denied+by+user&state=s1", "s1"
         )
 
 
 def test_callback_without_a_code_is_refused() -> None:
     with pytest.raises(CallbackRefused, match="no authorization code"):
-        oidc_client.read_callback("state=s1", "s1")
+        browser_login.read_callback("state=s1", "s1")
 
 
 def test_nonce_must_match() -> None:
-    oidc_client.check_nonce(jwt(nonce="n1"), "n1")
+    browser_login.check_nonce(jwt(nonce="n1"), "n1")
     for token in (jwt(nonce="n2"), jwt(sub="no nonce")):
         with pytest.raises(KlutchError, match="nonce"):
-            oidc_client.check_nonce(token, "n1")
+            browser_login.check_nonce(token, "n1")
 
 
 def test_a_token_that_is_not_a_jwt_is_refused() -> None:
@@ -200,14 +204,14 @@ def test_pkce_verifier_and_s256_challenge() -> None:
 def test_authorization_url_carries_pkce_state_and_nonce() -> None:
     url = httpx.URL(
         oidc_client.authorization_url(
-            PROVIDER, "klutch-bind", oidc_client.redirect_uri(8000), "openid", "st", "no", "ch"
+            PROVIDER, "klutch-bind", browser_login.redirect_uri(8000), "openid", "st", "no", "ch"
         )
     )
     assert url.params["redirect_uri"] == "http://localhost:8000/callback"
     assert url.params["code_challenge"] == "ch"
     assert url.params["code_challenge_method"] == "S256"
     assert (url.params["state"], url.params["nonce"]) == ("st", "no")
-    assert oidc_client.redirect_uri(49152) == "http://localhost:49152/callback"
+    assert browser_login.redirect_uri(49152) == "http://localhost:49152/callback"
 
 
 # --- device flow polling ------------------------------------------------------------------------
@@ -242,7 +246,7 @@ def token_endpoint(answers: list[tuple[int, dict[str, Any]]]) -> httpx.Client:
     def handle(request: httpx.Request) -> httpx.Response:
         form = dict(httpx.QueryParams(request.content.decode()))
         assert form == {
-            "grant_type": oidc_client.DEVICE_GRANT,
+            "grant_type": device_login.DEVICE_GRANT,
             "device_code": "dev-1",
             "client_id": "klutch-bind",
         }
@@ -254,7 +258,7 @@ def token_endpoint(answers: list[tuple[int, dict[str, Any]]]) -> httpx.Client:
 
 def poll(answers: list[tuple[int, dict[str, Any]]], clock: FakeClock) -> dict[str, Any]:
     with token_endpoint(answers) as http:
-        return oidc_client.poll_device_token(
+        return device_login.poll_device_token(
             http, PROVIDER, "klutch-bind", DEVICE, sleep=clock.sleep, clock=clock
         )
 
@@ -328,7 +332,7 @@ def test_refresh_uses_the_refresh_token_and_keeps_the_ca() -> None:
         return httpx.Response(200, json={"id_token": jwt(exp=5000), "refresh_token": "refresh-2"})
 
     with issuer_client(answer) as http:
-        new = oidc_client.refresh(http, tokens(ca="/ca.pem"))
+        new = token_cache.refresh(http, tokens(ca="/ca.pem"))
     assert (new.expires_at, new.refresh_token, new.ca) == (5000, "refresh-2", "/ca.pem")
 
 
@@ -337,7 +341,7 @@ def test_a_failed_refresh_says_to_log_in_again() -> None:
         return httpx.Response(400, json={"error": "invalid_request", "error_description": "bad"})
 
     with issuer_client(answer) as http, pytest.raises(KlutchError, match="bad") as error:
-        oidc_client.refresh(http, tokens())
+        token_cache.refresh(http, tokens())
     assert "klutch-bind login --issuer https://dex.example --client-id klutch-bind" in (
         error.value.fix
     )
@@ -345,7 +349,7 @@ def test_a_failed_refresh_says_to_log_in_again() -> None:
 
 def test_refresh_without_a_refresh_token_says_to_log_in_with_offline_access() -> None:
     with pytest.raises(KlutchError, match="no refresh token") as error:
-        oidc_client.refresh(httpx.Client(), tokens(refresh_token=None))
+        token_cache.refresh(httpx.Client(), tokens(refresh_token=None))
     assert "offline_access" in error.value.fix
 
 
