@@ -21,7 +21,10 @@ from typing import Any
 
 import yaml
 
-from klutch_gitops.dev.localstack.pki import KeyPair
+from klutch_gitops.dev.localstack import kubeconfig
+from klutch_gitops.dev.localstack.launcher import Launcher
+from klutch_gitops.dev.localstack.pki import KeyPair, Pki
+from klutch_gitops.dev.localstack.processes import Process, free_port
 
 # libyaml's safe loader parses the 1.3 MB of CRDs in 0.1 s, PyYAML's in 1.5 s of stack start-up.
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -91,3 +94,49 @@ def command(
         "KUBECONFIG": str(paths.kubeconfig),
     }
     return argv, env
+
+
+def prepare(
+    bins: dict[str, Path], pki: Pki, paths: CrossplanePaths, control_plane_url: str
+) -> None:
+    """Crossplane's files, and its CRDs installed on the Control Plane before it starts, with
+    the policy that keeps tenants' claims to their own composites (which exempts it).
+
+    Its identity is a certificate of its own (CN ``crossplane``) in ``system:masters``: core
+    composes resources of any kind, which in a real install the RBAC manager grants it one
+    XRD and provider at a time.
+    """
+    # imported here: the kubernetes client costs every `klutch-gitops` command 0.16 s to load
+    from kubernetes.config import new_client_from_config
+
+    from klutch_gitops.kube.crds import install_crds
+    from klutch_gitops.policies import install_policies, load_policies
+
+    paths.cache.mkdir(parents=True, mode=0o700)
+    identity = pki.client_cert("crossplane", ("system:masters",))
+    kubeconfig.write(
+        paths.kubeconfig,
+        kubeconfig.render(
+            "crossplane",
+            control_plane_url,
+            pki.serving_ca.read_bytes(),
+            identity.cert_pem,
+            identity.key_pem,
+            namespace="crossplane-system",
+        ),
+    )
+    function_client = pki.client_cert("crossplane")  # mTLS to function servers, if ever
+    write_client_tls(paths, pki.serving_ca.read_bytes(), function_client)
+    api = new_client_from_config(config_file=str(paths.kubeconfig))
+    try:
+        install_crds(api, load_crds(bins["crossplane-crds"]))
+        install_policies(api, load_policies())
+    finally:
+        api.close()
+
+
+def spawn(launcher: Launcher, binary: Path, paths: CrossplanePaths) -> tuple[Process, int, int]:
+    """``crossplane core start``, not awaited; the process, its metrics and health ports."""
+    metrics_port, health_port = free_port(), free_port()
+    argv, env = command(binary, paths, metrics_port, health_port)
+    return launcher.spawn("crossplane", argv, env), metrics_port, health_port

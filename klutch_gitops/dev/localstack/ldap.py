@@ -13,9 +13,13 @@ import base64
 import hashlib
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from klutch_gitops.dev.localstack.launcher import Launcher
+from klutch_gitops.dev.localstack.pki import Pki
+from klutch_gitops.dev.localstack.processes import Process
 from klutch_gitops.errors import KlutchError
 
 SUFFIX = "dc=klutch,dc=example"
@@ -159,3 +163,45 @@ def dex_connector(port: int, admin_password: str, ca: Path) -> dict:
             },
         },
     }
+
+
+def start_slapd(
+    launcher: Launcher,
+    bins: dict[str, Path],
+    pki: Pki,
+    paths: LdapPaths,
+    port: int,
+    admin_password: str,
+    user: User,
+) -> Process:
+    """Load the directory offline with slapadd, then serve it over ldaps."""
+    paths.data.mkdir(parents=True, mode=0o700)
+    paths.config.touch(mode=0o600)
+    paths.config.write_text(
+        render_config(paths, admin_password, pki.serving_ca, pki.serving_cert, pki.serving_key)
+    )
+    paths.seed.touch(mode=0o600)
+    paths.seed.write_text(render_seed((user,)))
+    loaded = subprocess.run(
+        [str(bins["slapadd"]), "-f", str(paths.config), "-l", str(paths.seed)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if loaded.returncode != 0:
+        raise KlutchError(
+            f"slapadd could not load the LDAP directory:\n{loaded.stderr}",
+            f"check {paths.config} and {paths.seed}",
+        )
+    return launcher.spawn(
+        "slapd",
+        [
+            str(bins["slapd"]),
+            "-d",
+            "0",
+            "-f",
+            str(paths.config),
+            "-h",
+            f"ldaps://127.0.0.1:{port}/",
+        ],
+    )

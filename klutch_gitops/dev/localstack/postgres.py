@@ -37,7 +37,7 @@ local all all scram-sha-256
 host  all all {HOST}/32 scram-sha-256
 """
 
-# (name, argv, env) -> a started Process: LocalStack._spawn, so `dev down` finds the server
+# (name, argv, env) -> a started Process: Launcher.spawn, so `dev down` finds the server
 Spawn = Callable[[str, list[str], dict[str, str] | None], Process]
 
 
