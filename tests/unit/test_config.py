@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.config import LeaderElection, SecretRef
-from klutch_gitops.config_file import parse_config
+from klutch_gitops.config import LeaderElection, PlatformSpec, SecretRef
+from klutch_gitops.config_fields import FieldReader
+from klutch_gitops.config_file import parse_config, read_platform, read_repositories
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.repository_config import from_repository_binding
 
@@ -228,3 +229,16 @@ def test_shards_need_leader_election_and_a_sane_count(tmp_path: Path) -> None:
     ]:
         with pytest.raises(KlutchError, match=error):
             parse_config(GOOD + f"leaderElection: {value}\n", "c.yaml", tmp_path)
+
+
+def test_repositories_and_platform_are_read_on_their_own(tmp_path: Path) -> None:
+    reader = FieldReader("c.yaml", tmp_path)
+    assert read_repositories(reader, {"name": "team-a"}) == ()
+    assert read_platform(reader, None) is None
+    assert read_platform(reader, {"branch": "main"}) is None
+    assert reader.problems == [
+        "repositories: must be a list — write each repository as `- name: …`",
+        "platform.url: is required — use a file://, https://, ssh:// or git@host:path URL",
+    ]
+    platform = read_platform(FieldReader("c.yaml", tmp_path), {"url": "https://git.example/p"})
+    assert platform == PlatformSpec(url="https://git.example/p")
