@@ -84,16 +84,7 @@ def seed(info: StackInfo) -> Demo:
     """Everything the demo needs; safe to run again on the same stack."""
     state = Path(info.state_dir) / "demo"
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
-    admin = Kube(api_client(Path(info.clusters["control-plane"].kubeconfig)))
-    app = Kube(api_client(Path(info.clusters["app"].kubeconfig)))
-    install_crds(admin.api, load_crds(cluster="control-plane"))
-    install_crds(app.api, load_crds(cluster="app"))
-    app.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEAM}})
-    admin.apply(  # where the templates live
-        NAMESPACES,
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEMPLATE_NAMESPACE}},
-    )
-
+    admin = _prepare_clusters(info)
     repositories = {name: state / f"{name}.git" for name in ("platform", TEAM)}
     seed_repository(
         EXAMPLES / "platform",
@@ -117,29 +108,69 @@ def seed(info: StackInfo) -> Demo:
     config = state / "reconciler.yaml"
     config.write_text(
         yaml.safe_dump(
-            {
-                "controlPlane": {"kubeconfig": info.clusters["control-plane"].kubeconfig},
-                "listen": listen,
-                "pollInterval": "30s",
-                "batchWindow": "1s",
-                "workDir": str(state / "work"),
-                "platform": {"url": f"file://{repositories['platform']}", "path": "."},
-                "repositories": [
-                    {
-                        "name": TEAM,
-                        "url": f"file://{repositories[TEAM]}",
-                        "path": "claims",
-                        "consumerNamespace": consumer,
-                        "appNamespaces": [TEAM],
-                        "appCluster": {"kubeconfig": info.clusters["app"].kubeconfig},
-                        "controlPlane": {"kubeconfig": str(binder)},
-                        "webhookSecret": {"file": str(webhook)},
-                    }
-                ],
-            },
+            _reconciler_config(info, state, listen, repositories, consumer, binder, webhook),
             sort_keys=False,
         )
     )
+    bind_api_config, bind_url = _write_bind_api_config(info, state)
+    return Demo(
+        config=config,
+        repositories=repositories,
+        listen=listen,
+        bind_api_config=bind_api_config,
+        bind_api_url=bind_url,
+    )
+
+
+def _prepare_clusters(info: StackInfo) -> Kube:
+    """Our CRDs on both clusters, the team's App namespace and the templates' namespace; the
+    Control Plane's admin client."""
+    admin = Kube(api_client(Path(info.clusters["control-plane"].kubeconfig)))
+    app = Kube(api_client(Path(info.clusters["app"].kubeconfig)))
+    install_crds(admin.api, load_crds(cluster="control-plane"))
+    install_crds(app.api, load_crds(cluster="app"))
+    app.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEAM}})
+    admin.apply(  # where the templates live
+        NAMESPACES,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEMPLATE_NAMESPACE}},
+    )
+    return admin
+
+
+def _reconciler_config(
+    info: StackInfo,
+    state: Path,
+    listen: str,
+    repositories: dict[str, Path],
+    consumer: str,
+    binder: Path,
+    webhook: Path,
+) -> dict:
+    """The reconciler's config: the platform repository and team-a's, bound as the dev user."""
+    return {
+        "controlPlane": {"kubeconfig": info.clusters["control-plane"].kubeconfig},
+        "listen": listen,
+        "pollInterval": "30s",
+        "batchWindow": "1s",
+        "workDir": str(state / "work"),
+        "platform": {"url": f"file://{repositories['platform']}", "path": "."},
+        "repositories": [
+            {
+                "name": TEAM,
+                "url": f"file://{repositories[TEAM]}",
+                "path": "claims",
+                "consumerNamespace": consumer,
+                "appNamespaces": [TEAM],
+                "appCluster": {"kubeconfig": info.clusters["app"].kubeconfig},
+                "controlPlane": {"kubeconfig": str(binder)},
+                "webhookSecret": {"file": str(webhook)},
+            }
+        ],
+    }
+
+
+def _write_bind_api_config(info: StackInfo, state: Path) -> tuple[Path, str]:
+    """The bind API's config with its secrets in files; the config's path and the API's URL."""
     bind_url = f"http://127.0.0.1:{info.bind_api_port}"  # Dex's klutch-bind-web redirects here
     web_secret, session_key = state / "bind-web-client-secret", state / "bind-session-key"
     for path, value in (
@@ -170,13 +201,7 @@ def seed(info: StackInfo) -> Demo:
             sort_keys=False,
         )
     )
-    return Demo(
-        config=config,
-        repositories=repositories,
-        listen=listen,
-        bind_api_config=bind_api_config,
-        bind_api_url=bind_url,
-    )
+    return bind_api_config, bind_url
 
 
 def _offer_catalog(admin: Kube, remote: Path, work: Path) -> list[dict]:
