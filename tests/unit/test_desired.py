@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from klutch_gitops.manifests import Export, Identity, Location, Rejection
-from reconciler.sync import desired
+from reconciler.sync import claim_rules
 from reconciler.sync.desired import DesiredState, Limits, load_desired
 
 STRING = {"type": "string"}
@@ -542,12 +542,12 @@ def test_schemas_are_compiled_once_per_kind_and_version(
 ) -> None:
     compiled: list[Any] = []
 
-    class Counting(desired.CompiledSchema):
+    class Counting(claim_rules.CompiledSchema):
         def __init__(self, schema: Any) -> None:
             compiled.append(schema)
             super().__init__(schema)
 
-    monkeypatch.setattr(desired, "CompiledSchema", Counting)
+    monkeypatch.setattr(claim_rules, "CompiledSchema", Counting)
     objects = [postgres(f"db{i}") for i in range(40)] + [binding(f"b{i}") for i in range(40)]
     write(tmp_path, "many.yaml", documents(*objects))
     assert len(load(tmp_path).claims) == 80
