@@ -23,14 +23,14 @@ from typing import Any
 
 import yaml
 
+from bind_api.export_requests import apply_export
+from bind_api.ownership import Refused, checked_namespace, claim_namespace
 from klutch_gitops.apis import (
-    API_SERVICE_EXPORTS,
     API_SERVICE_NAMESPACES,
     BIND_GROUPS_ANNOTATION,
     BINDER_KUBECONFIG_LABEL,
     CLUSTER_BINDINGS,
     CONSUMER_LABEL,
-    EXPORT_REQUESTS,
     IDENTITY_ANNOTATION,
     REPOSITORY_BINDINGS,
 )
@@ -39,37 +39,14 @@ from klutch_gitops.consumer import (
     FIELD_MANAGER,
     bind_groups,
     binder_kubeconfig,
-    consumer_namespace,
-    identity_annotation,
-    identity_of,
-    legacy_consumer_namespace,
-    namespace_object,
     namespaced_objects,
-    owner_of,
 )
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.exports import (
-    FAILED,
-    SUCCEEDED,
-    export_object,
-    list_templates,
-    missing_crd,
-    offered,
-    request_status,
-    template_api,
-)
-from klutch_gitops.kube.client import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource
+from klutch_gitops.exports import SUCCEEDED, list_templates, offered
+from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, KubeError, Resource
 
 BINDER_SECRET = "klutch-binder-kubeconfig"  # noqa: S105 - a Secret's name, not a password
 PROVIDER_PRETTY_NAME = "klutch-gitops"
-
-
-class Refused(KlutchError):
-    """A refusal with the HTTP status the bind API answers it with."""
-
-    def __init__(self, status: int, message: str, fix: str) -> None:
-        super().__init__(message, fix)
-        self.status = status
 
 
 @dataclass(frozen=True)
@@ -136,27 +113,6 @@ def find_templates(
 # -- pure builders ----------------------------------------------------------------------------
 
 
-def export_request(namespace: str, template: Mapping[str, Any]) -> dict[str, Any]:
-    """An APIServiceExportRequest named ``<resource>.<group>``, as the template describes it."""
-    spec = template.get("spec") or {}
-    selector = spec["APIServiceSelector"]
-    return {
-        "apiVersion": EXPORT_REQUESTS.api_version,
-        "kind": "APIServiceExportRequest",
-        "metadata": {"name": template_api(template), "namespace": namespace},
-        "spec": {
-            "resources": [
-                {
-                    "group": selector["group"],
-                    "resource": selector["resource"],
-                    "versions": [selector["version"]] if selector.get("version") else [],
-                    "permissionClaims": list(spec.get("permissionClaims") or []),
-                }
-            ]
-        },
-    }
-
-
 def secret(
     namespace: str, name: str, values: Mapping[str, str], labels: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
@@ -182,6 +138,22 @@ def cluster_binding(namespace: str) -> dict[str, Any]:
             "providerPrettyName": PROVIDER_PRETTY_NAME,
         },
     }
+
+
+def binder_objects(namespace: str, kubeconfig: str) -> list[tuple[Resource, dict[str, Any]]]:
+    """The binder kubeconfig's Secret and the ClusterBinding ``cluster`` that names it."""
+    return [
+        (
+            SECRETS,
+            secret(
+                namespace,
+                BINDER_SECRET,
+                {"kubeconfig": kubeconfig},
+                {BINDER_KUBECONFIG_LABEL: "true"},  # the reconciler renews its token
+            ),
+        ),
+        (CLUSTER_BINDINGS, cluster_binding(namespace)),
+    ]
 
 
 def repository_binding_name(url: str, path: str, namespace: str) -> str:
@@ -244,76 +216,6 @@ def repository_objects(
 # -- I/O --------------------------------------------------------------------------------------
 
 
-def owned_by(namespaces: Iterable[Mapping[str, Any]], subject: str) -> list[Mapping[str, Any]]:
-    """The consumer namespaces whose identity names exactly ``subject``."""
-    return [
-        ns
-        for ns in namespaces
-        if (identity := identity_annotation(ns)) is not None and owner_of(identity)[0] == subject
-    ]
-
-
-def check_owner(namespace: str, live: Mapping[str, Any] | None, identity: str) -> None:
-    """A namespace that exists must be this identity's, and not on its way out."""
-    if live is None:
-        return
-    if identity_annotation(live) != identity:
-        raise Refused(
-            409,
-            f"namespace {namespace} already exists on the Control Plane and does not belong to "
-            "this identity; nothing was bound",
-            f"ask the platform team to look at namespace {namespace}: it must be removed before "
-            "this App Cluster can bind",
-        )
-    if live["metadata"].get("deletionTimestamp"):
-        raise Refused(
-            409,
-            f"consumer namespace {namespace} is being deleted (an unbind is in progress)",
-            "bind again once the unbind has finished",
-        )
-
-
-def check_limit(owned: int, limit: int | None) -> None:
-    """A new binding may not take an identity past ``limit`` bindings."""
-    if limit is not None and owned >= limit:
-        raise Refused(
-            429,
-            f"this identity already has {owned} bindings, the limit is {limit}; nothing was bound",
-            "unbind one you no longer need (klutch-bind status, then klutch-bind unbind "
-            "<consumer namespace>), or ask the platform team to raise bindingsPerIdentity",
-        )
-
-
-def choose_namespace(
-    admin: Kube, subject: str, cluster_id: str, prefix: str
-) -> tuple[str, dict | None]:
-    """The consumer namespace of this identity and its live object, if any.
-
-    A consumer bound under the old 40-bit name keeps it when that namespace carries exactly this
-    identity, so binding again stays idempotent; everyone else gets the 130-bit name.
-    """
-    identity = identity_of(subject, cluster_id)
-    legacy = legacy_consumer_namespace(subject, cluster_id, prefix)
-    live = admin.get(NAMESPACES, None, legacy)
-    if identity_annotation(live) == identity:
-        return legacy, live
-    name = consumer_namespace(subject, cluster_id, prefix)
-    return name, admin.get(NAMESPACES, None, name)
-
-
-def claim_namespace(admin: Kube, namespace: str, identity: str) -> None:
-    """Create the consumer namespace, or verify that the one there is this identity's.
-
-    Never applied over: a namespace made meanwhile for someone else stays theirs (409).
-    """
-    try:
-        admin.create(NAMESPACES, namespace_object(namespace, identity))
-    except KubeError as error:
-        if not error.conflict:
-            raise
-        check_owner(namespace, admin.get(NAMESPACES, None, namespace), identity)
-
-
 def bind(
     admin: Kube,
     request: BindingRequest,
@@ -333,11 +235,9 @@ def bind(
             "pass the kubeconfig the reconciler should use for the App Cluster",
         )
     templates = find_templates(admin, request.apis, template_namespace)
-    identity = identity_of(request.identity, request.cluster_id)
-    namespace, live = choose_namespace(admin, request.identity, request.cluster_id, prefix)
-    check_owner(namespace, live, identity)
-    if live is None and limit is not None:
-        check_limit(len(owned_by(admin.list(NAMESPACES)[0], request.identity)), limit)
+    namespace, identity = checked_namespace(
+        admin, request.identity, request.cluster_id, prefix, limit
+    )
     claim_namespace(admin, namespace, identity)
     if request.groups is not None:
         annotations = {
@@ -353,22 +253,9 @@ def bind(
     )
     if repository:
         _dry_run(admin, *repository[-1])  # the CRD's refusal comes before any Secret is written
-    phases = {api: _export(admin, namespace, template) for api, template in templates.items()}
+    phases = {api: apply_export(admin, namespace, template) for api, template in templates.items()}
     kubeconfig = yaml.safe_dump(binder_kubeconfig(admin, namespace), sort_keys=False)
-    objects = [
-        (
-            SECRETS,
-            secret(
-                namespace,
-                BINDER_SECRET,
-                {"kubeconfig": kubeconfig},
-                {BINDER_KUBECONFIG_LABEL: "true"},  # the reconciler renews its token
-            ),
-        ),
-        (CLUSTER_BINDINGS, cluster_binding(namespace)),
-        *repository,
-    ]
-    _apply_all(admin, objects)
+    _apply_all(admin, [*binder_objects(namespace, kubeconfig), *repository])
     return BindingResult(
         consumer_namespace=namespace,
         exports=tuple(api for api, phase in phases.items() if phase == SUCCEEDED),
@@ -390,50 +277,6 @@ def _dry_run(admin: Kube, resource: Resource, body: dict[str, Any]) -> None:
             "repository was written",
             "correct the repository fields it names and bind again",
         ) from None
-
-
-def _export(admin: Kube, namespace: str, template: dict) -> str:
-    """Apply the request, answer it with an export (or without one), and return its phase."""
-    body = export_request(namespace, template)
-    name = body["metadata"]["name"]
-    live = admin.get(EXPORT_REQUESTS, namespace, name)
-    if live is not None and _resources(live) != _resources(body):
-        admin.delete(EXPORT_REQUESTS, namespace, name)  # spec.resources is immutable
-        _wait_gone(admin, EXPORT_REQUESTS, namespace, name, 30)
-        live = None
-    live = admin.apply(EXPORT_REQUESTS, body, field_manager=FIELD_MANAGER, force=True)
-    crd = admin.get(CRDS, None, name)
-    problem = missing_crd(template, crd)
-    if problem is None and crd is not None:
-        admin.apply(
-            API_SERVICE_EXPORTS,
-            export_object(namespace, template, crd),
-            field_manager=FIELD_MANAGER,
-            force=True,
-        )
-    else:
-        admin.delete(API_SERVICE_EXPORTS, namespace, name)  # a stale export would still serve
-    status = live.get("status") or {}
-    if status.get("phase") != (FAILED if problem else SUCCEEDED) or (
-        status.get("terminalMessage") != problem
-    ):
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        admin.apply(
-            EXPORT_REQUESTS,
-            request_status(name, namespace, problem, now),
-            field_manager=FIELD_MANAGER,
-            force=True,
-            subresource="status",
-        )
-    return FAILED if problem else SUCCEEDED
-
-
-def _resources(request: Mapping[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
-    """What identifies a request's APIs (claims get server defaults, so they are left out)."""
-    return [
-        (r.get("group", ""), r["resource"], tuple(r.get("versions") or ()))
-        for r in (request.get("spec") or {}).get("resources") or []
-    ]
 
 
 def _apply_all(admin: Kube, objects: Iterable[tuple[Resource, dict[str, Any]]]) -> None:
@@ -483,14 +326,3 @@ def _remaining(admin: Kube, consumer: str) -> list[str]:
             mappings = []
         left += [f"APIServiceNamespace {consumer}/{m['metadata']['name']}" for m in mappings]
     return left
-
-
-def _wait_gone(admin: Kube, resource: Resource, namespace: str, name: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while admin.get(resource, namespace, name) is not None:
-        if time.monotonic() > deadline:
-            raise KlutchError(
-                f"{resource.kind} {namespace}/{name} was not deleted in {timeout:.0f}s",
-                f"check its finalizers: kubectl get {resource.plural} -n {namespace} {name}",
-            )
-        time.sleep(0.2)

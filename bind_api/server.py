@@ -7,10 +7,10 @@ from pathlib import Path
 import uvicorn
 
 from bind_api.app import create_app
+from bind_api.browser_login import BrowserLogin
 from bind_api.config import BindApiConfig, BrowserFlow, load_bind_api_config
 from bind_api.oidc import OIDCVerifier
 from bind_api.sessions import MIN_KEY_BYTES, SessionCodec
-from bind_api.web import BrowserLogin
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import Kube, api_client
 from klutch_gitops.oidc_client import http_client

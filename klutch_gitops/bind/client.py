@@ -1,6 +1,6 @@
 """The bind API's HTTP client, and the App Cluster objects that complete a binding.
 
-The client speaks the JSON routes of ``bind_api.app`` with a bearer ID token and turns every
+The client speaks the JSON routes of ``bind_api.routers.api`` with a bearer ID token and turns every
 failure into a KlutchError carrying the server's own explanation and a fix. The builders are
 pure: the ``klutch-bind`` Namespace, the consumer's kubeconfig Secret and one APIServiceBinding
 per bound export, with the export's permission claims answered ``Accepted``.

@@ -28,10 +28,10 @@ import uvicorn
 import yaml
 
 from bind_api.bindings import BINDER_SECRET, unbind
+from bind_api.browser_flow import SESSION_COOKIE
 from bind_api.config import BindApiConfig, BrowserFlow
 from bind_api.ledger import LEASES, SESSION_LABEL
 from bind_api.server import build_server
-from bind_api.web import SESSION_COOKIE
 from klutch_gitops.apis import TEMPLATES
 from klutch_gitops.authz import ALLOWED_GROUPS_ANNOTATION
 from klutch_gitops.config import SecretRef

@@ -10,8 +10,9 @@ from fastapi.testclient import TestClient
 from joserfc.jwk import RSAKey
 from kubernetes import client
 
-from bind_api.app import ISSUER_RETRY_AFTER, create_app
+from bind_api.app import create_app
 from bind_api.config import BindApiConfig
+from bind_api.dependencies import ISSUER_RETRY_AFTER
 from bind_api.oidc import REFETCH_INTERVAL, IssuerUnavailable
 from klutch_gitops.kube.client import Kube
 from tests.unit.test_oidc import (

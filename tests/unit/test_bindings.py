@@ -8,16 +8,13 @@ import pytest
 
 from bind_api.bindings import (
     BINDER_SECRET,
-    Refused,
     Repository,
-    check_limit,
-    check_owner,
-    export_request,
     match_templates,
-    owned_by,
     repository_binding_name,
     repository_objects,
 )
+from bind_api.export_requests import export_request
+from bind_api.ownership import Refused, check_limit, check_owner, owned_by
 from klutch_gitops.apis import IDENTITY_ANNOTATION, mapped_namespace
 from klutch_gitops.consumer import (
     consumer_namespace,

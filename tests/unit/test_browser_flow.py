@@ -11,24 +11,22 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from prometheus_client import CollectorRegistry, Counter
 
-from bind_api.config import BindApiConfig, BrowserFlow
-from bind_api.oidc import OIDCVerifier
-from bind_api.sessions import SessionCodec, SessionError
-from bind_api.web import (
+from bind_api.app import create_app
+from bind_api.browser_flow import (
     LOGIN_COOKIE,
     SESSION_COOKIE,
-    BrowserLogin,
     FlowError,
     binding_provider,
     binding_response,
-    browser_router,
     cli_callback,
     response_url,
 )
+from bind_api.browser_login import BrowserLogin
+from bind_api.config import BindApiConfig, BrowserFlow
+from bind_api.oidc import OIDCVerifier
+from bind_api.sessions import SessionCodec, SessionError
 from klutch_gitops.config import SecretRef
 
 from .test_oidc import AUDIENCE, ISSUER, NOW, RSA, mint, public
@@ -205,9 +203,7 @@ def flow() -> tuple[TestClient, Issuer, Clock]:
         issuer=ISSUER,
     )
     config = BindApiConfig(Path("unused"), ISSUER, (AUDIENCE,))
-    counter = Counter("t", "t", ["operation", "outcome"], registry=CollectorRegistry())
-    app = FastAPI()
-    app.include_router(browser_router(config, None, login, counter))
+    app = create_app(config, None, login.verifier, login)  # type: ignore[arg-type]
     return TestClient(app, follow_redirects=False), issuer, clock
 
 
