@@ -14,7 +14,7 @@ import logging
 
 from klutch_gitops.kube.client import KubeError
 from klutch_gitops.manifests import Export, Rejection
-from reconciler.sync import konnector, objects
+from reconciler.sync import app_crds, konnector, objects
 from reconciler.sync.view import View
 
 log = logging.getLogger(__name__)
@@ -30,9 +30,9 @@ def serve_exported_kinds(
         name = raw["metadata"]["name"]
         service_binding = view.service_binding(name)
         verdicts[name] = konnector_verdict(view, service_binding, consumer_namespace)
-        crd = objects.crd_from_export(raw, service_binding)
+        crd = app_crds.crd_from_export(raw, service_binding)
         live = view.app_crd(crd["metadata"]["name"])
-        if not objects.owns_crd(live, service_binding):
+        if not app_crds.owns_crd(live, service_binding):
             problems.append(foreign_crd(crd["metadata"]["name"], path))
         elif objects.needs_apply(crd, live):
             view.serve_crd(crd)

@@ -64,7 +64,7 @@ from klutch_gitops.kube.client import (
 )
 from klutch_gitops.kube.crds import install_crds, load_crds
 from reconciler.manager import Reconciler
-from reconciler.sync.objects import owned_by_binding
+from reconciler.sync.app_crds import owned_by_binding
 
 BOUND = "klutch.anynines.com/bound"
 DOWNSTREAM_FINALIZER = "klutch.anynines.com/syncer"

@@ -10,7 +10,7 @@ bind/pkg/konnector/controllers/cluster/servicebinding/servicebinding_reconcile.g
 from __future__ import annotations
 
 from reconciler.controllers.namespaces import role_rules
-from reconciler.sync import objects
+from reconciler.sync import app_crds, objects
 
 BINDING = {
     "apiVersion": "klutch.anynines.com/v1alpha1",
@@ -47,14 +47,14 @@ def konnector_crd(uid: str = "b-1") -> dict:
 
 
 def test_our_crd_carries_the_owner_reference_the_konnector_checks() -> None:
-    crd = objects.crd_from_export(EXPORT, BINDING)
+    crd = app_crds.crd_from_export(EXPORT, BINDING)
     assert crd["metadata"]["ownerReferences"] == konnector_crd()["metadata"]["ownerReferences"]
     assert crd["metadata"]["annotations"] == {objects.BOUND_ANNOTATION: "true"}
-    assert objects.owned_by_binding(crd, BINDING)
+    assert app_crds.owned_by_binding(crd, BINDING)
 
 
 def test_without_a_binding_the_crd_has_no_owner_reference() -> None:
-    assert "ownerReferences" not in objects.crd_from_export(EXPORT)["metadata"]
+    assert "ownerReferences" not in app_crds.crd_from_export(EXPORT)["metadata"]
 
 
 def test_a_binding_being_deleted_gets_no_owner_reference() -> None:
@@ -65,24 +65,24 @@ def test_a_binding_being_deleted_gets_no_owner_reference() -> None:
         **BINDING,
         "metadata": {**BINDING["metadata"], "deletionTimestamp": "2026-11-24T17:00:00Z"},
     }
-    assert "ownerReferences" not in objects.crd_from_export(EXPORT, deleting)["metadata"]
+    assert "ownerReferences" not in app_crds.crd_from_export(EXPORT, deleting)["metadata"]
 
 
 def test_the_reconciler_accepts_a_crd_the_konnector_created_for_the_same_binding() -> None:
-    assert objects.owns_crd(konnector_crd(), BINDING)
+    assert app_crds.owns_crd(konnector_crd(), BINDING)
 
 
 def test_a_crd_of_another_binding_or_without_one_stays_foreign() -> None:
-    assert not objects.owns_crd(konnector_crd(uid="b-2"), BINDING)
-    assert not objects.owns_crd(konnector_crd(), None)
+    assert not app_crds.owns_crd(konnector_crd(uid="b-2"), BINDING)
+    assert not app_crds.owns_crd(konnector_crd(), None)
     other = konnector_crd()
     other["metadata"]["ownerReferences"][0]["apiVersion"] = "example.com/v1alpha1"
-    assert not objects.owns_crd(other, BINDING)
+    assert not app_crds.owns_crd(other, BINDING)
 
 
 def test_klutchs_check_accepts_any_uid_when_the_binding_has_none() -> None:
     # IsOwnedByBinding: `if uid == "" || ref.UID == uid`
-    assert objects.owned_by_binding(
+    assert app_crds.owned_by_binding(
         konnector_crd(uid="x"), {"metadata": {"name": BINDING["metadata"]["name"]}}
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from klutch_gitops.kube.informer import managers
 from klutch_gitops.manifests import Claim, Identity, Location
-from reconciler.sync import objects
+from reconciler.sync import app_crds, objects
 
 
 def make_claim(plan: str = "postgresql-single-nano", **meta: object) -> Claim:
@@ -122,12 +122,12 @@ def test_prune_skips_desired_and_deleting_objects() -> None:
 
 
 def test_never_take_over_a_foreign_crd() -> None:
-    assert objects.owns_crd(None)
-    assert objects.owns_crd(
+    assert app_crds.owns_crd(None)
+    assert app_crds.owns_crd(
         {"metadata": {"labels": {"app.kubernetes.io/managed-by": "klutch-gitops"}}}
     )
-    assert not objects.owns_crd({"metadata": {"labels": {"app.kubernetes.io/managed-by": "helm"}}})
-    assert not objects.owns_crd({"metadata": {}})
+    assert not app_crds.owns_crd({"metadata": {"labels": {"app.kubernetes.io/managed-by": "helm"}}})
+    assert not app_crds.owns_crd({"metadata": {}})
 
 
 def tool_applied(**meta: object) -> dict:
