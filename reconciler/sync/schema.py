@@ -93,6 +93,11 @@ def to_json_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
 def _convert(node: Mapping[str, Any], structural: bool) -> dict[str, Any]:
     """Convert one schema node; ``structural`` is False inside allOf/anyOf/oneOf/not, which only
     restrict values and so must not forbid fields that the enclosing object declares."""
+    return {**_value_rules(node), **_children(node, structural)}
+
+
+def _value_rules(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The keywords that restrict the node's own value, in JSON Schema's spelling."""
     out = {key: value for key, value in node.items() if key in _VALUE_KEYWORDS}
     for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
         if node.get(exclusive) is True and bound in out:  # OpenAPI 3.0's boolean form
@@ -106,6 +111,12 @@ def _convert(node: Mapping[str, Any], structural: bool) -> dict[str, Any]:
             out["enum"] = [*out["enum"], None]
     if node.get("x-kubernetes-list-type") == "set":
         out["uniqueItems"] = True
+    return out
+
+
+def _children(node: Mapping[str, Any], structural: bool) -> dict[str, Any]:
+    """The converted sub-schemas: properties, items, additionalProperties, combinators."""
+    out: dict[str, Any] = {}
     properties = dict(node.get("properties") or {})
     if properties and node.get("x-kubernetes-embedded-resource"):
         for name in ("apiVersion", "kind", "metadata"):
