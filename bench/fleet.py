@@ -10,183 +10,72 @@ Kubernetes would).
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from bench.harness import (
-    HUMAN,
-    PLANS,
-    POSTGRES,
-    BenchFailure,
-    Clusters,
-    Expect,
-    Progress,
-    Tenant,
-    claim_file,
-    claim_name,
-    claim_text,
-    converge,
-    count,
-    die_with_parent,
-    git,
-    make_tenant,
-    remote_head,
-    seeded_remote,
-    vm_kib,
-    wait_until,
-)
+from bench.claims import PLANS, claim_file, claim_files, claim_name
+from bench.measure import BenchFailure, Expect, Progress, converge, count, vm_kib
+from bench.replica import IDLE_IMPORTS, Replica, cpu_percent, idle_peak_kib
 from bench.report import Figure
+from bench.stack import Clusters
 from klutch_gitops.config import LEASE_NAME
 from klutch_gitops.dev.localstack.processes import free_port
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim
+from klutch_gitops.dev.testkit.git import clone_as_person, git, remote_head
+from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, repository_entry
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES
 from reconciler.ha.leader import LEASES
 from reconciler.ha.shards import ROLE_LABEL, shard_lease, shard_of
 
-IDLE_IMPORTS = (
-    "klutch_gitops.cli, klutch_gitops.logs, klutch_gitops.config_file, reconciler.manager"
-)
 SHARDS = 16
 LEASE_DURATION = 15.0  # the product's default
 SETTLE_SECONDS = 10.0  # after the last status commit, before the CPU window
 CPU_WINDOW_SECONDS = 30.0
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
 class Fleet:
     tenants: list[Tenant]
-    names: list[str]  # registration names
-    remotes: list[Path]
-    repositories: list[dict]  # config entries
-
-
-@dataclass
-class Replica:
-    """One ``klutch-gitops run`` process, its peak RSS sampled every 0.2 s."""
-
-    name: str
-    config: Path
-    log: Path
-    process: subprocess.Popen[bytes] | None = None
-    peak_kib: int = 0
-    _stopped: threading.Event = field(default_factory=threading.Event)
-
-    def start(self) -> Replica:
-        command = [str(Path(sys.executable).parent / "klutch-gitops"), "run"]
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [*command, "--config", str(self.config)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "POD_NAME": self.name},
-                preexec_fn=die_with_parent,
-            )
-        self._stopped.clear()
-        threading.Thread(target=self._sample, name=f"rss-{self.name}", daemon=True).start()
-        return self
 
     @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
+    def names(self) -> list[str]:
+        """The registration names."""
+        return [tenant.spec.name for tenant in self.tenants]
 
     @property
-    def identity(self) -> str:
-        """Its identity in the Leases (``POD_NAME`` and pid, as ``default_identity``)."""
-        return f"{self.name}_{self.pid}"
+    def remotes(self) -> list[Path]:
+        return [tenant.remote for tenant in self.tenants]
 
-    def _sample(self) -> None:
-        while not self._stopped.wait(0.2):
-            self.peak_kib = max(self.peak_kib, vm_kib(self.pid, "VmHWM") or 0)
-
-    def died(self) -> str | None:
-        if self.process is None or self.process.poll() is None:
-            return None
-        tail = self.log.read_text(errors="replace")[-1500:]
-        return f"replica {self.name} exited with {self.process.returncode}:\n{tail}"
-
-    def kill(self) -> None:
-        self._stopped.set()
-        if self.process is not None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-
-    def stop(self) -> None:
-        self._stopped.set()
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system time of a process and its waited-for children (``git`` included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(value) for value in fields[11:15]) / CLOCK_TICKS
-
-
-def cpu_percent(pids: list[int], seconds: float) -> float:
-    """The CPU the processes used over a window, as a percentage of one core."""
-    before = sum(cpu_seconds(pid) for pid in pids)
-    started = time.monotonic()
-    time.sleep(seconds)
-    used = sum(cpu_seconds(pid) for pid in pids) - before
-    return 100 * used / (time.monotonic() - started)
-
-
-def idle_peak_kib() -> int:
-    """VmHWM of a Python process that imported what ``klutch-gitops run`` imports, then idles."""
-    code = f"import sys, {IDLE_IMPORTS}; print('ready', flush=True); sys.stdin.read()"
-    with subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    ) as idle:
-        assert idle.stdout is not None
-        assert idle.stdin is not None
-        if idle.stdout.readline().strip() != "ready":
-            raise BenchFailure("the idle Python process could not import the reconciler")
-        time.sleep(0.5)
-        kib = vm_kib(idle.pid, "VmHWM")
-        idle.stdin.close()
-    if kib is None:
-        raise BenchFailure("could not read the idle process's VmHWM")
-    return kib
+    @property
+    def repositories(self) -> list[dict]:
+        """The config file entries."""
+        return [repository_entry(tenant.spec) for tenant in self.tenants]
 
 
 def prepare_fleet(clusters: Clusters, work: Path, repos: int, claims: int) -> Fleet:
-    run = uuid.uuid4().hex[:4]
-    fleet = Fleet([], [], [], [])
+    """``repos`` bound consumers, each with a repository of ``claims`` claims."""
+    tenants = []
     for r in range(repos):
-        tenant = make_tenant(clusters, f"fleet-{run}-{r:03d}", f"app-{run}-{r:03d}", work)
-        remote = work / f"repo-{r:03d}.git"
-        seeded_remote(remote, work / f"clone-{r:03d}", tenant.namespace, claims)
-        name = f"repo-{run}-{r:03d}"
-        fleet.tenants.append(tenant)
-        fleet.names.append(name)
-        fleet.remotes.append(remote)
-        fleet.repositories.append(
-            {
-                "name": name,
-                "url": f"file://{remote}",
-                "path": "claims",
-                "consumerNamespace": tenant.consumer,
-                "appNamespaces": [tenant.namespace],
-                "appCluster": {"kubeconfig": str(clusters.kubeconfig("app"))},
-                "controlPlane": {"kubeconfig": str(tenant.binder)},
-            }
+        (work / f"repo-{r:03d}").mkdir()
+        tenants.append(
+            make_tenant(
+                clusters.info,
+                clusters.apis,
+                work / f"repo-{r:03d}",
+                start=False,
+                seed=lambda namespace: claim_files(namespace, claims),
+                quick=False,
+                crds_installed=True,
+            )
         )
-    return fleet
+    return Fleet(tenants)
 
 
 def replicas_for(clusters: Clusters, fleet: Fleet, work: Path, count: int) -> list[Replica]:
@@ -277,7 +166,7 @@ def run_fleet(
             alive=died,
         )
         progress(f"{label}: waiting for a status commit in each of {repos} repositories")
-        reported = wait_until(
+        eventually(
             lambda: (
                 died() is None
                 and all(remote_head(r) != s for r, s in zip(fleet.remotes, seeded, strict=True))
@@ -286,6 +175,7 @@ def run_fleet(
             timeout=300,
             interval=1.0,
         )
+        reported = time.monotonic()
         progress(f"{label}: steady state, CPU over {CPU_WINDOW_SECONDS:.0f} s")
         time.sleep(SETTLE_SECONDS)
         pids = [r.pid for r in replicas]
@@ -333,10 +223,10 @@ def measure_handover(
         index = holders.index(victim.identity)
     tenant, remote = fleet.tenants[index], fleet.remotes[index]
     clone = work / "handover-clone"
-    git(work, "clone", "-q", str(remote), str(clone))
-    (clone / claim_file(0)).write_text(claim_text(claim_name(0), tenant.namespace, PLANS[3]))
+    clone_as_person(str(remote), clone)
+    (clone / claim_file(0)).write_text(claim(claim_name(0), tenant.namespace, PLANS[3]))
     git(clone, "add", "-A")
-    git(clone, *HUMAN, "commit", "-q", "-m", "a change during the hand-over")
+    git(clone, "commit", "-q", "-m", "a change during the hand-over")
     expect = Expect(clusters.control_plane, POSTGRES, tenant.mapped, "handover").start()
     try:
         expect.arm(
@@ -344,17 +234,21 @@ def measure_handover(
         )
         victim.kill()
         killed = time.monotonic()
-        if git(clone, "push", "-q", "origin", "HEAD:main", check=False).returncode:
-            raise BenchFailure("the hand-over push was rejected")
+        try:
+            git(clone, "push", "-q", "origin", "HEAD:main")
+        except subprocess.CalledProcessError as error:
+            raise BenchFailure("the hand-over push was rejected") from error
         moved = None
         if len(replicas) == 1:
             victim.start()
         else:
-            moved = wait_until(
+            eventually(
                 lambda: victim.identity not in shard_holders(clusters, victim).values(),
                 "the killed replica's shard Leases to move",
                 timeout=120,
+                interval=0.2,
             )
+            moved = time.monotonic()
         seen = expect.wait("the change after the hand-over", timeout=300)
     finally:
         expect.stop()

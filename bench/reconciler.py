@@ -8,8 +8,10 @@
    CPU, peak RSS per replica, hand-over after a SIGKILL; 1 replica against kubectl, both
    kube-apiservers, an idle Python process and the lease duration, 3 against 1.
 
-Run with ``make bench`` (or ``python -m bench.reconciler --quick``). Nothing here asserts a time;
-the exit code is 1 only when a measurement could not complete.
+1 to 3 are measured in ``bench/team.py``, 4 in ``bench/fleet.py`` (its replica processes:
+``bench/replica.py``); this module runs them and reports. Run with ``make bench`` (or
+``python -m bench.reconciler --quick``). Nothing here asserts a time; the exit code is 1 only
+when a measurement could not complete.
 """
 
 from __future__ import annotations
@@ -19,11 +21,8 @@ import datetime as dt
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,41 +30,22 @@ from pathlib import Path
 from rich.console import Console
 
 from bench.fleet import measure_fleets
-from bench.harness import (
-    HUMAN,
-    PLANS,
-    POSTGRES,
-    BenchFailure,
-    Clusters,
-    Expect,
-    Progress,
-    Tenant,
-    claim_file,
-    claim_name,
-    claim_text,
-    converge,
-    count,
-    git,
-    make_tenant,
-    remote_file,
-    remote_head,
-    running_stack,
-    seeded_remote,
-    timed_push,
-    wait_until,
-    write_claims,
+from bench.measure import BenchFailure, Progress
+from bench.report import Figure, load_previous, render, save
+from bench.stack import Clusters, running_stack
+from bench.team import (
+    DEFAULTS,
+    Team,
+    measure_cold_sync,
+    measure_pushes,
+    measure_status,
+    prepare_team,
 )
-from bench.report import Figure, load_previous, percentile, render, save
-from klutch_gitops.config import Config, RepositorySpec, SecretRef
-from klutch_gitops.dev.localstack import binaries
-from klutch_gitops.dev.localstack.processes import free_port
+from klutch_gitops.dev.testkit.wait import TimedOut
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import NAMESPACES, Kube
-from reconciler.manager import Reconciler
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 STEPS = ("cold", "push", "status", "fleet")
-DEFAULTS = Config(control_plane_kubeconfig=Path())  # the product's defaults, reported as used
 console = Console(stderr=True)
 
 
@@ -77,20 +57,6 @@ class Sizes:
     repos: int
     claims_per_repo: int
     replicas: tuple[int, ...]
-
-
-@dataclass
-class Team:
-    """The one repository of measurements 1 to 3: its tenant, remote, a person's clone, and the
-    kubectl baseline's namespace and files."""
-
-    tenant: Tenant
-    remote: Path
-    clone: Path
-    baseline_namespace: str
-    baseline_dir: Path
-    claims: int
-    reconciler: Reconciler | None = None
 
 
 # -- command line ----------------------------------------------------------------------------
@@ -127,255 +93,6 @@ def sizes_of(args: argparse.Namespace) -> Sizes:
     )
 
 
-# -- helpers ---------------------------------------------------------------------------------
-
-
-def kubectl(kubeconfig: Path, cache: Path, *args: str) -> float:
-    """Run kubectl against ``kubeconfig``; how long it took."""
-    command = [str(binaries.require("kubectl")["kubectl"]), "--kubeconfig", str(kubeconfig)]
-    env = {**os.environ, "KUBECACHEDIR": str(cache)}
-    started = time.monotonic()
-    result = subprocess.run([*command, *args], env=env, capture_output=True, text=True)
-    took = time.monotonic() - started
-    if result.returncode != 0:
-        raise BenchFailure(f"kubectl {' '.join(args)} failed: {result.stderr.strip()[-500:]}")
-    return took
-
-
-def latency_figures(
-    name: str, ours: list[float], baseline: str, theirs: list[float], note: str = ""
-) -> list[Figure]:
-    return [
-        Figure(
-            f"{name}, p{q}",
-            "s",
-            percentile(ours, q),
-            f"{baseline}, p{q}",
-            percentile(theirs, q),
-            note=note if q == 50 else "",
-            samples=ours if q == 50 else [],
-        )
-        for q in (50, 99)
-    ]
-
-
-# -- 1. cold full sync -----------------------------------------------------------------------
-
-
-def prepare_team(clusters: Clusters, work: Path, claims: int) -> Team:
-    suffix = uuid.uuid4().hex[:6]
-    tenant = make_tenant(clusters, f"cluster-{suffix}", f"team-{suffix}", work)
-    remote, clone = work / "team.git", work / "human"
-    seeded_remote(remote, clone, tenant.namespace, claims)
-    baseline_namespace, baseline_dir = f"kubectl-{suffix}", work / "kubectl"
-    write_claims(baseline_dir, baseline_namespace, claims)
-    return Team(tenant, remote, clone, baseline_namespace, baseline_dir / "claims", claims)
-
-
-def team_config(clusters: Clusters, team: Team, work: Path) -> Config:
-    spec = RepositorySpec(
-        name=f"team-{team.tenant.namespace}",
-        url=f"file://{team.remote}",
-        consumer_namespace=team.tenant.consumer,
-        app_namespaces=(team.tenant.namespace,),
-        path="claims",
-        app_kubeconfig=SecretRef(file=clusters.kubeconfig("app")),
-        control_plane_kubeconfig=SecretRef(file=team.tenant.binder),
-    )
-    return Config(
-        control_plane_kubeconfig=clusters.kubeconfig("control-plane"),
-        repositories=(spec,),
-        listen=f"127.0.0.1:{free_port()}",
-        work_dir=work / "reconciler",
-    )
-
-
-def measure_cold_sync(
-    clusters: Clusters, team: Team, work: Path, progress: Progress
-) -> list[Figure]:
-    n, tenant = team.claims, team.tenant
-    config = team_config(clusters, team, work)
-    started = time.monotonic()
-    team.reconciler = Reconciler(config).start()
-    done = converge(
-        {
-            "App": lambda: count(clusters.app, POSTGRES, tenant.namespace),
-            "Control Plane": lambda: count(clusters.control_plane, POSTGRES, tenant.mapped),
-        },
-        n,
-        timeout=120 + 0.5 * n,
-        progress=lambda text: progress(f"cold sync of {n} claims: {text}"),
-    )
-    ours = max(done.values()) - started
-    progress(f"kubectl apply --server-side of {n} files")
-    clusters.app.apply(
-        NAMESPACES,
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team.baseline_namespace}},
-    )
-    theirs = kubectl(
-        clusters.kubeconfig("app"),
-        work / "kubectl-cache",
-        "apply",
-        "--server-side",
-        "-f",
-        str(team.baseline_dir),
-    )
-    return [
-        Figure(
-            f"cold sync, {n} claims → App + CP",
-            "s",
-            ours,
-            f"kubectl apply --server-side -f, {n} files, one cluster",
-            theirs,
-            note=f"App complete after {done['App'] - started:.2f} s",
-        )
-    ]
-
-
-# -- 2. push → Control Plane copy ------------------------------------------------------------
-
-
-def edit_claim(team: Team, index: int, plan: str) -> None:
-    """Change one claim's plan in the person's clone and commit it (not pushed)."""
-    git(team.clone, "pull", "-q", "--rebase", "origin", "main")
-    name = claim_name(index)
-    path = team.clone / claim_file(index)
-    text = path.read_text()
-    path.write_text(text.replace(next(p for p in PLANS if f"plan: {p}\n" in text), plan, 1))
-    git(team.clone, *HUMAN, "commit", "-qam", f"{name}: plan {plan}")
-
-
-def measure_pushes(
-    clusters: Clusters, team: Team, pushes: int, work: Path, progress: Progress
-) -> list[Figure]:
-    expect = Expect(clusters.control_plane, POSTGRES, team.tenant.mapped, "bench-cp").start()
-    latency, push, apply = [], [], []
-    try:
-        for k in range(pushes):
-            progress(f"push {k + 1}/{pushes}")
-            index, plan = k % team.claims, PLANS[(k // team.claims + 1) % len(PLANS)]
-            edit_claim(team, index, plan)
-            name = claim_name(index)
-            expect.arm(
-                lambda o, name=name, plan=plan: (
-                    o["metadata"]["name"] == name and o["spec"].get("plan") == plan
-                )
-            )
-            took, pushed = timed_push(team.clone)
-            seen = expect.wait(f"push {k + 1}: the Control Plane copy with plan {plan}", 120)
-            latency.append(seen - pushed)
-            push.append(took)
-            baseline = team.baseline_dir / f"{claim_name(index)}.yaml"
-            baseline.write_text(claim_text(claim_name(index), team.baseline_namespace, plan))
-            apply.append(
-                kubectl(
-                    clusters.kubeconfig("app"),
-                    work / "kubectl-cache",
-                    "apply",
-                    "--server-side",
-                    "-f",
-                    str(baseline),
-                )
-            )
-    finally:
-        expect.stop()
-    name = f"push → CP copy ({team.claims}-claim repo)"
-    return [
-        *latency_figures(name, latency, "git push", push, f"{pushes} pushes"),
-        *latency_figures(name, latency, "kubectl apply --server-side, 1 file", apply),
-    ]
-
-
-# -- 3. Control Plane status → App and Git ---------------------------------------------------
-
-
-def status_body(name: str, namespace: str, host: str) -> dict:
-    return {
-        "apiVersion": POSTGRES.api_version,
-        "kind": POSTGRES.kind,
-        "metadata": {"name": name, "namespace": namespace},
-        "status": {
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "Available",
-                    "lastTransitionTime": "2026-01-01T00:00:00Z",
-                }
-            ],
-            "host": host,
-        },
-    }
-
-
-def write_status(kube: Kube, name: str, namespace: str, host: str) -> float:
-    """A provider's status write (status subresource, its own field manager); when it returned."""
-    kube.apply(
-        POSTGRES,
-        status_body(name, namespace, host),
-        field_manager="provider",
-        force=True,
-        subresource="status",
-    )
-    return time.monotonic()
-
-
-def committed(remote: Path, file: str, marker: str) -> Callable[[], bool]:
-    """Whether main on ``remote`` holds ``marker`` in ``file``; git is asked only on a new head."""
-    last = {"head": ""}
-
-    def check() -> bool:
-        head = remote_head(remote)
-        if head == last["head"]:
-            return False
-        last["head"] = head
-        return marker in remote_file(remote, file, head)
-
-    return check
-
-
-def measure_status(
-    clusters: Clusters, team: Team, changes: int, progress: Progress
-) -> list[Figure]:
-    expect = Expect(clusters.app, POSTGRES, team.tenant.namespace, "bench-app").start()
-    to_app, to_git, direct = [], [], []
-    try:
-        for k in range(changes):
-            progress(f"status change {k + 1}/{changes}")
-            index = k % team.claims
-            name, host = claim_name(index), f"{claim_name(index)}.bench-{k}.example"
-            expect.arm(
-                lambda o, name=name, host=host: (
-                    o["metadata"]["name"] == name and (o.get("status") or {}).get("host") == host
-                )
-            )
-            written = write_status(clusters.control_plane, name, team.tenant.mapped, host)
-            seen = expect.wait(f"status change {k + 1} in the App Cluster", 120)
-            pushed = wait_until(
-                committed(team.remote, claim_file(index), host),
-                f"status change {k + 1} in a commit on main",
-                timeout=120,
-                interval=0.02,
-            )
-            to_app.append(seen - written)
-            to_git.append(pushed - written)
-            started = time.monotonic()
-            direct.append(write_status(clusters.app, name, team.baseline_namespace, host) - started)
-    finally:
-        expect.stop()
-    baseline = "status write on the App Cluster"
-    return [
-        *latency_figures("CP status → App status", to_app, baseline, direct, f"{changes} changes"),
-        *latency_figures(
-            "CP status → status commit on main",
-            to_git,
-            baseline,
-            direct,
-            f"batch window {DEFAULTS.batch_window:g} s (default)",
-        ),
-    ]
-
-
 # -- the run ---------------------------------------------------------------------------------
 
 
@@ -392,7 +109,7 @@ def run_steps(
             try:
                 got = run(lambda text: status.update(f"{step}: {text}"))
             except Exception as error:  # a measurement failing must not hide the others
-                if not isinstance(error, BenchFailure):
+                if not isinstance(error, BenchFailure | TimedOut):
                     logging.getLogger("bench").exception("%s failed", step)
                 failures.append(f"{step}: {error}")
                 console.print(f"[red]{step} did not complete:[/red] {error}")

@@ -1,0 +1,27 @@
+"""The benchmarks' claims: numbered files of the stand-in PostgresqlInstance, and the plans an
+edit moves them between."""
+
+from __future__ import annotations
+
+from klutch_gitops.dev.testkit.claims import claim
+
+PLANS = (
+    "postgresql-single-nano",
+    "postgresql-single-small",
+    "postgresql-single-medium",
+    "postgresql-single-big",
+)
+
+
+def claim_name(index: int) -> str:
+    return f"db-{index:05d}"
+
+
+def claim_file(index: int) -> str:
+    return f"claims/{claim_name(index)}.yaml"
+
+
+def claim_files(namespace: str, count: int) -> dict[str, str]:
+    """``count`` claim files for ``namespace`` by path, as a repository's first commit holds
+    them."""
+    return {claim_file(index): claim(claim_name(index), namespace) for index in range(count)}
