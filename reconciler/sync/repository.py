@@ -36,7 +36,7 @@ from reconciler.sync.observe import observe
 from reconciler.sync.outcome import PassOutcome
 from reconciler.sync.prune import finalize, prune
 from reconciler.sync.view import ClusterView
-from reconciler.sync.writeback import Mode, Schedule
+from reconciler.sync.writeback import Mode, ObservedStatus, Schedule
 
 log = logging.getLogger(__name__)
 
@@ -106,46 +106,54 @@ class RepositorySync:
     # -- the pass ---------------------------------------------------------------------------
 
     def sync(self) -> None:
+        """One pass: the stages in order; each one's problems are the pass's."""
         with self._lock:
-            if self.needs_fetch or self.head is None:
-                self.needs_fetch = False
-                with metrics.FETCH_SECONDS.labels(self.name).time():
-                    self.head = self.reader.fetch()
-            if self.head is None:
+            head = self._fetch()
+            if head is None:
                 log.info("branch does not exist yet", extra={"repository": self.name})
                 return
-            self._pass(self.head)
-
-    def _pass(self, head: str) -> None:
-        """The stages, in order; each one's problems are the pass's."""
-        spec, view = self.spec, self.view
-        raw_exports = view.list_exports()
-        self.konnectors, problems = serve_exported_kinds(
-            view, raw_exports, spec.path, spec.consumer_namespace
-        )
-        log_verdicts(self.name, self.konnectors, self._konnector_logged)
-        desired = self._load_desired(head, raw_exports)
-        pending = map_namespaces(view, spec.app_namespaces)
-        mirrored = desired.claims
-        if self.external:
-            mirrored, refused = adopt(
-                view, desired.claims, self.name, spec.app_namespaces, spec.path
+            spec, view = self.spec, self.view
+            raw_exports = view.list_exports()
+            self.konnectors, problems = serve_exported_kinds(
+                view, raw_exports, spec.path, spec.consumer_namespace
+            )
+            log_verdicts(self.name, self.konnectors, self._konnector_logged)
+            desired = self._load_desired(head, raw_exports)
+            pending = map_namespaces(view, spec.app_namespaces)
+            mirrored = desired.claims
+            if self.external:
+                mirrored, refused = adopt(
+                    view, desired.claims, self.name, spec.app_namespaces, spec.path
+                )
+                problems += refused
+            mirrored, refused = konnector.refuse_foreign(
+                desired.claims, mirrored, self.conflicts, lambda c: view.export_of(c).name
             )
             problems += refused
-        mirrored, refused = konnector.refuse_foreign(
-            desired.claims, mirrored, self.conflicts, lambda c: view.export_of(c).name
-        )
-        problems += refused
-        problems += apply_claims(view, mirrored, Source(self.name, spec.path, head, self.external))
-        if not self.external:
-            problems += prune(view, desired, self.conflicts)
-        self._held, held = finalize(
-            view, self.name, spec.app_namespaces, spec.path, self.conflicts, self._held
-        )
-        problems += held
-        statuses = observe(view, desired, mirrored, self.name)
-        self._schedule_write_back(desired, statuses, problems)
-        self.last_pass = PassOutcome(head, len(mirrored), tuple(problems))
+            source = Source(self.name, spec.path, head, self.external)
+            problems += apply_claims(view, mirrored, source)
+            if not self.external:
+                problems += prune(view, desired, self.conflicts)
+            self._held, holding = finalize(
+                view, self.name, spec.app_namespaces, spec.path, self.conflicts, self._held
+            )
+            problems += holding
+            statuses = observe(view, desired, mirrored, self.name)
+            self._schedule_write_back(desired, statuses, problems)
+            self.last_pass = PassOutcome(head, len(mirrored), tuple(problems))
+            self._again(pending)
+
+    def _fetch(self) -> str | None:
+        """The branch's head, fetched when asked to (or never yet); None while it does not exist."""
+        if self.needs_fetch or self.head is None:
+            self.needs_fetch = False
+            with metrics.FETCH_SECONDS.labels(self.name).time():
+                self.head = self.reader.fetch()
+        return self.head
+
+    def _again(self, pending: bool) -> None:
+        """Look again soon while a namespace mapping is pending, and now and then while a
+        konnector conflict stands."""
         self.pending = pending
         if pending:
             self._enqueue_after(("sync", self.name), 0.5)
@@ -168,7 +176,10 @@ class RepositorySync:
     # -- write-back -------------------------------------------------------------------------
 
     def _schedule_write_back(
-        self, desired: DesiredState, statuses: tuple, problems: list[Rejection]
+        self,
+        desired: DesiredState,
+        statuses: tuple[ObservedStatus, ...],
+        problems: list[Rejection],
     ) -> None:
         metrics.CLAIMS.labels(self.name).set(len(desired.claims))
         metrics.REJECTED.labels(self.name).set(len(desired.rejections))

@@ -475,7 +475,8 @@ def test_the_konnector_runs_beside_the_reconciler_on_our_rbac_alone(
     )
 
     # The App CRD carries the controller owner reference to the APIServiceBinding, and Klutch's
-    # IsOwnedByBinding (reconciler/sync/objects.py replicates it) accepts it on the running cluster.
+    # IsOwnedByBinding (reconciler/sync/app_crds.py replicates it) accepts it on the running
+    # cluster.
     binding = tenant.app.get(SERVICE_BINDINGS, None, API)
     crd = eventually(
         lambda: (
