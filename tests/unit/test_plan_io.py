@@ -13,6 +13,8 @@ import pytest
 
 from klutch_gitops.catalog import load_examples
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.git.local import LocalRepository
+from klutch_gitops.git.runner import GitFailed
 from reconciler.review.plan import Action
 from reconciler.review.plan_io import Target, _location, catalog_exports, run_plan
 from reconciler.sync.desired import load_desired
@@ -145,6 +147,25 @@ def test_conflicts_and_unknown_refs_are_errors(repo: Path) -> None:
         run_plan(repo, "main", "two", [Target("claims", "claims")])
     with pytest.raises(KlutchError, match="'nope' is not a commit"):
         run_plan(repo, "main", "nope", [Target("claims", "claims")])
+
+
+def test_a_folder_that_is_no_repository_is_an_error(tmp_path: Path) -> None:
+    for folder in (tmp_path, tmp_path / "missing"):
+        with pytest.raises(KlutchError, match="is not a Git repository") as raised:
+            run_plan(folder, "main", "main", [Target("claims", "claims")])
+        assert raised.value.fix == "pass --repo a clone that holds both commits"
+
+
+def test_the_repository_is_read_without_any_transport(repo: Path, tmp_path: Path) -> None:
+    """Local commands only: git may not use even the file transport for a remote the
+    repository's config names (a promisor fetch, say)."""
+    other = tmp_path / "other"
+    git(tmp_path, "init", "-q", "--bare", str(other))
+    git(repo, "remote", "add", "origin", f"file://{other}")
+    local = LocalRepository(repo)
+    assert local.remote_urls() == [f"file://{other}"] * 2  # fetch and push
+    with pytest.raises(GitFailed, match="transport 'file' not allowed"):
+        local._run("fetch", "origin")  # what any command of the plan would be refused
 
 
 def test_the_loader_reads_the_merge_like_a_clone(repo: Path) -> None:
