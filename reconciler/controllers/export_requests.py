@@ -13,7 +13,6 @@ a terminal ``Failed`` phase and the reason.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +28,7 @@ from klutch_gitops.exports import (
     offered,
     request_status,
 )
+from klutch_gitops.kube import conditions
 from klutch_gitops.kube.client import CRDS, NAMESPACES, Kube
 from klutch_gitops.kube.informer import Informer
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
@@ -126,10 +126,9 @@ class ExportRequestController:
         )
         for export in exports:
             self.kube.apply(API_SERVICE_EXPORTS, export, field_manager=FIELD_MANAGER, force=True)
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.kube.apply(
             EXPORT_REQUESTS,
-            request_status(name, consumer, problem, now, reason="Refused"),
+            request_status(name, consumer, problem, conditions.now(), reason="Refused"),
             field_manager=FIELD_MANAGER,
             force=True,
             subresource="status",
