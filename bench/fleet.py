@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,10 +143,7 @@ def run_fleet(
     work.mkdir(parents=True)
     fleet = prepare_fleet(clusters, work, repos, claims)
     seeded = [remote_head(r) for r in fleet.remotes]
-    before = {
-        "App": count(clusters.app, POSTGRES),
-        "Control Plane": count(clusters.control_plane, POSTGRES),
-    }
+    counters = claim_counters(clusters)
     replicas = replicas_for(clusters, fleet, work, replica_count)
     started = time.monotonic()
     for replica in replicas:
@@ -156,36 +154,17 @@ def run_fleet(
 
     try:
         done = converge(
-            {
-                name: lambda name=name, kube=kube: count(kube, POSTGRES) - before[name]
-                for name, kube in (("App", clusters.app), ("Control Plane", clusters.control_plane))
-            },
+            counters,
             total,
             timeout=300 + 0.2 * total,
             progress=lambda text: progress(f"{label}, {repos} x {claims}: {text}"),
             alive=died,
         )
         progress(f"{label}: waiting for a status commit in each of {repos} repositories")
-        eventually(
-            lambda: (
-                died() is None
-                and all(remote_head(r) != s for r, s in zip(fleet.remotes, seeded, strict=True))
-            ),
-            "a status commit in every repository",
-            timeout=300,
-            interval=1.0,
-        )
-        reported = time.monotonic()
+        reported = status_commits(fleet.remotes, seeded, died)
         progress(f"{label}: steady state, CPU over {CPU_WINDOW_SECONDS:.0f} s")
         time.sleep(SETTLE_SECONDS)
-        pids = [r.pid for r in replicas]
-        window: dict[str, float] = {}
-        watcher = threading.Thread(
-            target=lambda: window.update(api=cpu_percent(apiservers, CPU_WINDOW_SECONDS))
-        )
-        watcher.start()
-        ours = cpu_percent(pids, CPU_WINDOW_SECONDS)
-        watcher.join()
+        ours, apiserver_cpu = steady_cpu([r.pid for r in replicas], apiservers)
         if problem := died():
             raise BenchFailure(problem)
         for replica in replicas:
@@ -201,11 +180,47 @@ def run_fleet(
         max(done.values()) - started,
         reported - started,
         ours,
-        window["api"],
+        apiserver_cpu,
         peaks,
         handover,
         leases_moved,
     )
+
+
+def claim_counters(clusters: Clusters) -> dict[str, Callable[[], int]]:
+    """Per cluster, a counter of the claims it gained from now on (earlier runs' claims stay)."""
+    counters: dict[str, Callable[[], int]] = {}
+    for name, kube in (("App", clusters.app), ("Control Plane", clusters.control_plane)):
+        before = count(kube, POSTGRES)
+        counters[name] = lambda kube=kube, before=before: count(kube, POSTGRES) - before
+    return counters
+
+
+def status_commits(remotes: list[Path], seeded: list[str], died: Callable[[], str | None]) -> float:
+    """When every remote's main had moved on from the seeded commit (the bot's status commit),
+    all replicas alive."""
+    eventually(
+        lambda: (
+            died() is None
+            and all(remote_head(r) != s for r, s in zip(remotes, seeded, strict=True))
+        ),
+        "a status commit in every repository",
+        timeout=300,
+        interval=1.0,
+    )
+    return time.monotonic()
+
+
+def steady_cpu(pids: list[int], apiservers: list[int]) -> tuple[float, float]:
+    """The CPU of the replicas and of the kube-apiservers over the same window, % of one core."""
+    window: dict[str, float] = {}
+    watcher = threading.Thread(
+        target=lambda: window.update(api=cpu_percent(apiservers, CPU_WINDOW_SECONDS))
+    )
+    watcher.start()
+    ours = cpu_percent(pids, CPU_WINDOW_SECONDS)
+    watcher.join()
+    return ours, window["api"]
 
 
 def measure_handover(
@@ -272,57 +287,62 @@ def measure_fleets(
         for n in replica_counts
     ]
     scope = f"{repos} repos x {claims} claims"
-    first = runs[0]
-    figures = []
-    for run in runs:
-        label = f"{run.replicas} replica{'s' if run.replicas > 1 else ''}"
-        baseline = run is first
-        figures += [
-            Figure(
-                f"full sync, {scope} → App + CP, {label}",
-                "s",
-                run.converge,
-                "kubectl rate of (1), scaled to the same count"
-                if baseline
-                else f"{first.replicas} replica, same run",
-                (kubectl_per_claim * repos * claims if kubectl_per_claim else None)
-                if baseline
-                else first.converge,
-                note=f"every repository had a status commit after {run.reported:.1f} s",
+    kubectl_total = kubectl_per_claim * repos * claims if kubectl_per_claim else None
+    return [
+        figure for run in runs for figure in fleet_figures(run, runs[0], scope, kubectl_total, idle)
+    ]
+
+
+def fleet_figures(
+    run: FleetRun, first: FleetRun, scope: str, kubectl_total: float | None, idle: int
+) -> list[Figure]:
+    """The four figures of one replica count: beside (1)'s kubectl rate, the kube-apiservers,
+    an idle Python and the lease duration for the first count, beside the first for others."""
+    label = f"{run.replicas} replica{'s' if run.replicas > 1 else ''}"
+    baseline = run is first
+    return [
+        Figure(
+            f"full sync, {scope} → App + CP, {label}",
+            "s",
+            run.converge,
+            "kubectl rate of (1), scaled to the same count"
+            if baseline
+            else f"{first.replicas} replica, same run",
+            kubectl_total if baseline else first.converge,
+            note=f"every repository had a status commit after {run.reported:.1f} s",
+        ),
+        Figure(
+            f"steady-state CPU, nothing changing, {label} (all replicas)",
+            "%",
+            run.cpu_percent,
+            "both kube-apiservers, same window"
+            if baseline
+            else f"{first.replicas} replica, same run",
+            run.apiserver_cpu_percent if baseline else first.cpu_percent,
+            note=f"{CPU_WINDOW_SECONDS:.0f} s window, % of one core; kube-apiservers "
+            f"{run.apiserver_cpu_percent:.1f} %",
+        ),
+        Figure(
+            f"peak RSS per replica, {label}",
+            "MiB",
+            max(run.peak_kib) / 1024,
+            f"idle python importing {IDLE_IMPORTS.split(', ')[-1]}"
+            if baseline
+            else f"{first.replicas} replica, same run",
+            idle / 1024 if baseline else max(first.peak_kib) / 1024,
+            note="each: " + ", ".join(f"{kib / 1024:.0f}" for kib in run.peak_kib) + " MiB",
+        ),
+        Figure(
+            f"hand-over after SIGKILL, {label}",
+            "s",
+            run.handover,
+            "lease duration",
+            LEASE_DURATION,
+            note="killed, pushed at once; until the change is on the Control Plane"
+            + (
+                "; restarted at once, as Kubernetes would"
+                if run.leases_moved is None
+                else f"; its shard Leases held by others after {run.leases_moved:.1f} s"
             ),
-            Figure(
-                f"steady-state CPU, nothing changing, {label} (all replicas)",
-                "%",
-                run.cpu_percent,
-                "both kube-apiservers, same window"
-                if baseline
-                else f"{first.replicas} replica, same run",
-                run.apiserver_cpu_percent if baseline else first.cpu_percent,
-                note=f"{CPU_WINDOW_SECONDS:.0f} s window, % of one core; kube-apiservers "
-                f"{run.apiserver_cpu_percent:.1f} %",
-            ),
-            Figure(
-                f"peak RSS per replica, {label}",
-                "MiB",
-                max(run.peak_kib) / 1024,
-                f"idle python importing {IDLE_IMPORTS.split(', ')[-1]}"
-                if baseline
-                else f"{first.replicas} replica, same run",
-                idle / 1024 if baseline else max(first.peak_kib) / 1024,
-                note="each: " + ", ".join(f"{kib / 1024:.0f}" for kib in run.peak_kib) + " MiB",
-            ),
-            Figure(
-                f"hand-over after SIGKILL, {label}",
-                "s",
-                run.handover,
-                "lease duration",
-                LEASE_DURATION,
-                note="killed, pushed at once; until the change is on the Control Plane"
-                + (
-                    "; restarted at once, as Kubernetes would"
-                    if run.leases_moved is None
-                    else f"; its shard Leases held by others after {run.leases_moved:.1f} s"
-                ),
-            ),
-        ]
-    return figures
+        ),
+    ]
