@@ -292,6 +292,7 @@ class Registrations:
         if event == "DELETED":
             self.specs.pop(name, None)
             self.generations.pop(name, None)
+            self.followed.pop(name, None)
             self.status.forget(meta["namespace"], meta["name"])
             self.queue.add(("register", name))
             return
