@@ -85,6 +85,7 @@ def reconciling(report: Report) -> tuple[str, str] | None:
 
 
 def ready(report: Report, blocked: tuple[str, str] | None, busy: tuple[str, str] | None) -> dict:
+    """Ready: a failed pass first (its error is the news), then what blocks, then work under way."""
     if report.error and not report.reference_error:
         return condition("Ready", False, "SyncFailed", report.error)
     if blocked is not None:
