@@ -140,7 +140,7 @@ class RepositorySync:
             problems += holding
             statuses = observe(view, desired, mirrored, self.name)
             self._schedule_write_back(desired, statuses, problems)
-            self.last_pass = PassOutcome(head, len(mirrored), tuple(problems))
+            self.last_pass = PassOutcome(head, len(mirrored), (*desired.rejections, *problems))
             self._again(pending)
 
     def _fetch(self) -> str | None:

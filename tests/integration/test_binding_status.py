@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from klutch_gitops.apis import REPOSITORY_BINDINGS
@@ -145,12 +144,6 @@ def test_a_synced_binding_reports_and_then_writes_nothing_new(
     assert ready_time == _conditions(before["status"])["Ready"]["lastTransitionTime"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PassOutcome.refusals leaves out the documents load_desired refused: "
-    "reconciler/sync/repository.py builds it from the stages' problems only, so a refused "
-    "document is not counted; with (*desired.rejections, *problems) this test passes",
-)
 def test_refused_documents_stall_the_binding_until_fixed(
     stack: StackInfo,
     clusters: dict[str, client.ApiClient],
