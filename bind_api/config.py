@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from klutch_gitops.config import SecretRef
-from klutch_gitops.config_fields import NAME_PATTERN, FieldReader, read_config_file
+from klutch_gitops.settings import NAME_PATTERN, FieldReader, read_config_file
 
 DEFAULT_SCOPES = ("openid", "email", "profile", "groups")
 DEFAULT_BINDINGS_PER_IDENTITY = 50

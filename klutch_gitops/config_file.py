@@ -1,6 +1,6 @@
 """The reconciler's config file, parsed and validated into a Config.
 
-Every problem in the file is collected and reported at once (``config_fields.FieldReader``), each
+Every problem in the file is collected and reported at once (``settings.FieldReader``), each
 naming the field path and the fix, so one edit fixes them all.
 """
 
@@ -19,8 +19,8 @@ from klutch_gitops.config import (
     RepositorySpec,
     TokenRenewal,
 )
-from klutch_gitops.config_fields import NAME_PATTERN, FieldReader, read_config_file
 from klutch_gitops.repository_config import URL_FIX, URL_PATTERN, read_repository
+from klutch_gitops.settings import NAME_PATTERN, FieldReader, read_config_file
 
 TOKEN_REQUEST_MINIMUM = 600.0  # seconds: the shortest token the TokenRequest API issues
 MAX_SHARDS = 256  # every replica renews its shard Leases each retry period

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from klutch_gitops.config import Bot, RepositorySpec, SecretRef, WriteBack
-from klutch_gitops.config_fields import NAME_PATTERN, FieldReader
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.settings import NAME_PATTERN, FieldReader
 from klutch_gitops.urls import (
     TENANT_TRANSPORTS,
     InvalidRepoURL,

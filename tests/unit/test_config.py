@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from klutch_gitops.config import LeaderElection, PlatformSpec, SecretRef
-from klutch_gitops.config_fields import FieldReader
 from klutch_gitops.config_file import parse_config, read_platform, read_repositories
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.repository_config import from_repository_binding
+from klutch_gitops.settings import FieldReader
 
 GOOD = """
 controlPlane: {kubeconfig: cp.kubeconfig}
