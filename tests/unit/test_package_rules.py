@@ -1,4 +1,5 @@
-"""Package rules: the two wings (``bind_api`` and ``reconciler``) never import each other.
+"""Package rules: the two wings (``bind_api`` and ``reconciler``) never import each other, and
+no product module or function outgrows what one person reads at once.
 
 What they share (the Klutch consumer protocol, the work queue) lives in ``klutch_gitops``; there,
 only the entry points and the dev/local-stack code may import a wing.
@@ -81,3 +82,48 @@ def test_the_bind_api_loads_no_reconciler_module() -> None:
         check=True,
     )
     assert loaded.stdout.split() == []
+
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60  # of the body: a CLI command's option declarations do not count
+PRODUCT = ("klutch_gitops", "reconciler", "bind_api")
+
+
+def long_functions(path: Path) -> list[str]:
+    """``name:line (n lines)`` of every function whose body (docstring included, signature not)
+    is longer than the limit."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            length = node.end_lineno - node.body[0].lineno + 1
+            if length > MAX_FUNCTION_LINES:
+                found.append(f"{node.name}:{node.lineno} ({length} lines)")
+    return found
+
+
+def test_the_function_rule_sees_a_long_body(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("def f(\n    a: int,\n):\n" + "    a += 1\n" * 61)
+    assert long_functions(module) == ["f:1 (61 lines)"]
+    module.write_text("def f(\n" + "    a: int,\n" * 70 + "):\n" + "    a += 1\n" * 60)
+    assert long_functions(module) == []
+
+
+def test_no_product_module_is_longer_than_the_limit() -> None:
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for package in PRODUCT
+        for path in sources(package)
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
+def test_no_product_function_is_longer_than_the_limit() -> None:
+    long = {
+        str(path.relative_to(ROOT)): found
+        for package in PRODUCT
+        for path in sources(package)
+        if (found := long_functions(path))
+    }
+    assert long == {}
