@@ -26,7 +26,7 @@ def object_key(obj: dict) -> tuple[str, str]:
 def managers(managed_fields: list[dict] | None) -> list[dict]:
     """managedFields as the cache keeps them: who manages the object (manager, operation,
     subresource), not which fields. The field sets are most of an object's size; deciding
-    whose bookkeeping a label is (reconciler.objects.mirrored_body) needs only the managers.
+    whose bookkeeping a label is (reconciler.sync.objects.mirrored_body) needs only the managers.
     Never write these entries back: a managedFields patch needs a fresh GET's."""
     return [
         {k: entry[k] for k in ("manager", "operation", "subresource") if k in entry}
