@@ -16,7 +16,7 @@ from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.dev.testkit.claims import claim
 from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import make_tenant
+from klutch_gitops.dev.testkit.tenant import make_tenant, repository_binding
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import Kube, Resource
 from reconciler.manager import Reconciler
@@ -100,18 +100,7 @@ def bound(
     )
     created = admin.create(
         REPOSITORY_BINDINGS,
-        {
-            "apiVersion": REPOSITORY_BINDINGS.api_version,
-            "kind": "RepositoryBinding",
-            "metadata": {"name": "team", "namespace": consumer},
-            "spec": {
-                "url": git_server.url_of(remote),
-                "path": "claims",
-                "appNamespaces": [tenant.namespace],
-                "appCluster": {"kubeconfigSecretRef": {"name": "app-cluster"}},
-                "controlPlane": {"kubeconfigSecretRef": {"name": "binder"}},
-            },
-        },
+        repository_binding(consumer, "team", git_server.url_of(remote), tenant.namespace),
     )
     cleanup.append(lambda: admin.delete(REPOSITORY_BINDINGS, consumer, "team"))
     generation = created["metadata"]["generation"]

@@ -36,7 +36,7 @@ from klutch_gitops.consumer import bind_consumer, binder_kubeconfig
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.dev.testkit.claims import CLAIM_CRDS, POSTGRES, claim
 from klutch_gitops.dev.testkit.git import person_clone
-from klutch_gitops.dev.testkit.tenant import make_tenant, quick_config
+from klutch_gitops.dev.testkit.tenant import make_tenant, quick_config, repository_binding
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import EVENTS, NAMESPACES, SECRETS, Kube
 from klutch_gitops.kube.crds import install_crds, load_crds
@@ -114,18 +114,7 @@ def test_a_konnector_for_another_consumer_namespace_is_refused_and_reported(
     cleanup.append(reconciler.stop)
     admin.create(
         REPOSITORY_BINDINGS,
-        {
-            "apiVersion": REPOSITORY_BINDINGS.api_version,
-            "kind": "RepositoryBinding",
-            "metadata": {"name": "team", "namespace": consumer},
-            "spec": {
-                "url": url,
-                "path": "claims",
-                "appNamespaces": [tenant.namespace],
-                "appCluster": {"kubeconfigSecretRef": {"name": "app-cluster"}},
-                "controlPlane": {"kubeconfigSecretRef": {"name": "binder"}},
-            },
-        },
+        repository_binding(consumer, "team", url, tenant.namespace),
     )
     cleanup.append(lambda: admin.delete(REPOSITORY_BINDINGS, consumer, "team"))
     registration = f"{consumer}.team"

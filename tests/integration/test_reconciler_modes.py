@@ -26,7 +26,7 @@ from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.dev.testkit.claims import POSTGRES, claim
 from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, report_ready
+from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, report_ready, repository_binding
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import CRDS, Kube, KubeError, Resource
 from reconciler.manager import Reconciler
@@ -289,17 +289,15 @@ def test_a_broken_kubeconfig_secret_reports_secret_valid_false(
     start(replace(tenant.config, repositories=(), work_dir=tmp_path / "broken-work"), cleanup)
     admin.create(
         REPOSITORY_BINDINGS,
-        {
-            "apiVersion": REPOSITORY_BINDINGS.api_version,
-            "kind": "RepositoryBinding",
-            "metadata": {"name": "broken", "namespace": consumer},
-            "spec": {
-                "url": git_server.url_of(remote),
-                "appNamespaces": [tenant.namespace],
-                "appCluster": {"kubeconfigSecretRef": {"name": "broken-app"}},
-                "controlPlane": {"kubeconfigSecretRef": {"name": "broken-binder"}},
-            },
-        },
+        repository_binding(
+            consumer,
+            "broken",
+            git_server.url_of(remote),
+            tenant.namespace,
+            app_ref="broken-app",
+            binder_ref="broken-binder",
+            path=None,
+        ),
     )
     cleanup.append(lambda: admin.delete(REPOSITORY_BINDINGS, consumer, "broken"))
 
@@ -339,18 +337,7 @@ def test_repository_binding_is_followed_until_deleted(
     push(clone, {"claims/first.yaml": claim("first", tenant.namespace)}, "first claim")
     admin.create(
         REPOSITORY_BINDINGS,
-        {
-            "apiVersion": REPOSITORY_BINDINGS.api_version,
-            "kind": "RepositoryBinding",
-            "metadata": {"name": "team", "namespace": consumer},
-            "spec": {
-                "url": git_server.url_of(remote),
-                "path": "claims",
-                "appNamespaces": [tenant.namespace],
-                "appCluster": {"kubeconfigSecretRef": {"name": "app-cluster"}},
-                "controlPlane": {"kubeconfigSecretRef": {"name": "binder"}},
-            },
-        },
+        repository_binding(consumer, "team", git_server.url_of(remote), tenant.namespace),
     )
     cleanup.append(lambda: admin.delete(REPOSITORY_BINDINGS, consumer, "team"))
     registration = f"{consumer}.team"

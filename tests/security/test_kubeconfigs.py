@@ -30,7 +30,7 @@ from bind_api.server import build_server
 from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.dev.testkit.claims import claim
-from klutch_gitops.dev.testkit.tenant import quick_config
+from klutch_gitops.dev.testkit.tenant import quick_config, repository_binding
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
 from klutch_gitops.kube.crds import install_crds, load_crds
@@ -231,22 +231,6 @@ def followed_repository(git_server: GitServer, tmp_path: Path, namespace: str) -
     return url
 
 
-def repository_binding(
-    namespace: str, name: str, url: str, app: str, control_plane: str
-) -> dict[str, Any]:
-    return {
-        "apiVersion": REPOSITORY_BINDINGS.api_version,
-        "kind": "RepositoryBinding",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "url": url,
-            "appNamespaces": [namespace],
-            "appCluster": {"kubeconfigSecretRef": {"name": app}},
-            "controlPlane": {"kubeconfigSecretRef": {"name": control_plane}},
-        },
-    }
-
-
 def secret_valid(admin: Kube, namespace: str, name: str) -> Callable[[], dict | None]:
     """The RepositoryBinding's SecretValid condition, once the reconciler has reported one."""
 
@@ -290,7 +274,15 @@ def test_the_reconciler_refuses_hostile_kubeconfigs_in_repository_binding_secret
         for name, (app, control_plane, _, _) in cases.items():
             admin.create(
                 REPOSITORY_BINDINGS,
-                repository_binding(consumer, name, url, app.lower(), control_plane.lower()),
+                repository_binding(
+                    consumer,
+                    name,
+                    url,
+                    consumer,
+                    app_ref=app.lower(),
+                    binder_ref=control_plane.lower(),
+                    path=None,
+                ),
             )
         for name in cases:
             eventually(secret_valid(admin, consumer, name), f"SecretValid on {name}", timeout=60)

@@ -39,7 +39,7 @@ from klutch_gitops.consumer import consumer_namespace
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.dev.testkit.claims import POSTGRES, claim
 from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import quick_config
+from klutch_gitops.dev.testkit.tenant import quick_config, repository_binding
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git.checkout import Checkout
@@ -188,21 +188,6 @@ def test_the_bind_api_refuses_a_hostile_repository_before_binding(
     assert not marker.exists()
 
 
-def repository_binding(namespace: str, name: str, url: str, app_namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": REPOSITORY_BINDINGS.api_version,
-        "kind": "RepositoryBinding",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "url": url,
-            "path": "claims",
-            "appNamespaces": [app_namespace],
-            "appCluster": {"kubeconfigSecretRef": {"name": "app"}},
-            "controlPlane": {"kubeconfigSecretRef": {"name": "binder"}},
-        },
-    }
-
-
 @pytest.mark.parametrize(
     "url",
     ["file:///etc", "ext::sh -c touch% /tmp/pwned", "git@git.example.com:-oProxyCommand=x"],
@@ -219,7 +204,9 @@ def test_the_crd_refuses_a_repository_binding_for_a_local_repository(
         with pytest.raises(KubeError) as refused:
             admin.create(
                 REPOSITORY_BINDINGS,
-                repository_binding(namespace.name, "attack", target, victim.namespace),
+                repository_binding(
+                    namespace.name, "attack", target, victim.namespace, app_ref="app"
+                ),
             )
         assert refused.value.status == 422
         assert "spec.url: Invalid value" in refused.value.message
@@ -265,7 +252,9 @@ def test_the_reconciler_refuses_a_file_repository_binding_that_predates_the_crd(
     (current,) = [c for c in crds if c["metadata"]["name"] == CRD_NAME]
     try:
         install_crds(clusters["control-plane"], [relaxed_crd(current)])
-        body = repository_binding(consumer, "attack", f"file://{victim.remote}", victim.namespace)
+        body = repository_binding(
+            consumer, "attack", f"file://{victim.remote}", victim.namespace, app_ref="app"
+        )
         eventually(
             lambda: _created(admin, body), "the older CRD to take a file:// RepositoryBinding"
         )

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from klutch_gitops.apis import mapped_namespace
+from klutch_gitops.apis import REPOSITORY_BINDINGS, mapped_namespace
 from klutch_gitops.config import Config, GitCredentialsRef, RepositorySpec, SecretRef, WriteBack
 from klutch_gitops.consumer import bind_consumer, binder_kubeconfig
 from klutch_gitops.dev.localstack.processes import free_port
@@ -215,6 +215,33 @@ def repository_entry(spec: RepositorySpec) -> dict[str, Any]:
     if spec.webhook_secret is not None:
         entry["webhookSecret"] = {"file": str(spec.webhook_secret.file)}
     return entry
+
+
+def repository_binding(
+    namespace: str,
+    name: str,
+    url: str,
+    app_namespace: str,
+    *,
+    app_ref: str = "app-cluster",
+    binder_ref: str = "binder",
+    path: str | None = "claims",
+) -> dict[str, Any]:
+    """A RepositoryBinding in the consumer ``namespace`` that registers ``url`` for one App
+    namespace, with the kubeconfig Secrets a test created there."""
+    spec: dict[str, Any] = {
+        "url": url,
+        **({"path": path} if path else {}),
+        "appNamespaces": [app_namespace],
+        "appCluster": {"kubeconfigSecretRef": {"name": app_ref}},
+        "controlPlane": {"kubeconfigSecretRef": {"name": binder_ref}},
+    }
+    return {
+        "apiVersion": REPOSITORY_BINDINGS.api_version,
+        "kind": "RepositoryBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
 
 
 def report_ready(tenant: Tenant, name: str) -> None:
