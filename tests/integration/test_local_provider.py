@@ -266,9 +266,15 @@ def test_spec_changes_reach_the_server(kube: Kube, postgres: PostgresInfo) -> No
         return limit == 3 and settings == ["work_mem=8MB"]
 
     eventually(applied, "the new connection limit and settings on the server")
-    obj = ready(kube, DATABASES, db)
+
+    def reported() -> dict[str, Any] | None:
+        """The provider writes the status after it changed the server: wait for that write."""
+        obj = ready(kube, DATABASES, db)
+        generations = {c["observedGeneration"] for c in obj["status"]["conditions"]}
+        return obj if generations == {2} else None
+
+    obj = eventually(reported, "the status of generation 2")
     assert obj["status"]["atProvider"]["settings"] == {"work_mem": "8MB"}
-    assert {c["observedGeneration"] for c in obj["status"]["conditions"]} == {2}
     gone(kube, DATABASES, db)
 
 
