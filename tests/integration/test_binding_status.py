@@ -65,15 +65,20 @@ class Bound:
         assert (found.get("Ready"), found.get("Reconciling")) == (ready, "False"), status
         return live
 
-    def quiet_passes(self) -> tuple[dict, dict]:
-        """The live binding before and after three passes that find nothing new."""
+    def assert_quiet(self) -> dict:
+        """Three passes that find nothing new write nothing: the object and Ready's time stay.
+        The live binding after them."""
         time.sleep(2)  # the bot's last status commit, if any, is fetched and passed over
         before = self.live()
         for _ in range(3):
             time.sleep(1.1)  # a rewrite would carry another second
             self.reconciler.queue.add(("sync", self.registration))
         time.sleep(1.5)
-        return before, self.live()
+        after = self.live()
+        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+        ready_time = _conditions(after["status"])["Ready"]["lastTransitionTime"]
+        assert ready_time == _conditions(before["status"])["Ready"]["lastTransitionTime"]
+        return after
 
 
 def bound(
@@ -126,11 +131,7 @@ def test_a_synced_binding_reports_and_then_writes_nothing_new(
     assert status["observedGeneration"] == binding.generation
     assert {c["observedGeneration"] for c in status["conditions"]} == {binding.generation}
 
-    # passes that find nothing new write nothing: the object and Ready's time stay
-    before, after = binding.quiet_passes()
-    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
-    ready_time = _conditions(after["status"])["Ready"]["lastTransitionTime"]
-    assert ready_time == _conditions(before["status"])["Ready"]["lastTransitionTime"]
+    binding.assert_quiet()
 
 
 def test_refused_documents_stall_the_binding_until_fixed(
@@ -156,9 +157,7 @@ def test_refused_documents_stall_the_binding_until_fixed(
     assert status["observedGeneration"] == binding.generation
     assert {c["observedGeneration"] for c in status["conditions"]} == {binding.generation}
 
-    # passes that find nothing new write nothing: the object and Ready's time stay
-    before, after = binding.quiet_passes()
-    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    after = binding.assert_quiet()
     ready_time = _conditions(after["status"])["Ready"]["lastTransitionTime"]
     assert ready_time == found["Ready"]["lastTransitionTime"]
 
