@@ -19,16 +19,13 @@ from klutch_gitops.dev.testkit.git import git
 from klutch_gitops.dev.testkit.tenant import make_tenant, repository_binding
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import Kube, Resource
+from klutch_gitops.kube.conditions import by_type
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer
 
 from .test_reconciler_modes import bare_repo, kubeconfig_secret, push, start
 
 SECRETS = Resource("", "v1", "secrets", "Secret")
-
-
-def _conditions(status: dict) -> dict[str, dict]:
-    return {c["type"]: c for c in status.get("conditions") or []}
 
 
 @dataclass
@@ -60,7 +57,7 @@ class Bound:
         status = live.get("status") or {}
         head = git(self.remote, "rev-parse", "main")
         applied = status.get("lastAppliedCommit") == status.get("lastFetchedCommit") == head
-        found = {kind: c["status"] for kind, c in _conditions(status).items()}
+        found = {kind: c["status"] for kind, c in by_type(status).items()}
         assert applied, f"head {head}, status {status}"
         assert (found.get("Ready"), found.get("Reconciling")) == (ready, "False"), status
         return live
@@ -76,8 +73,8 @@ class Bound:
         time.sleep(1.5)
         after = self.live()
         assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
-        ready_time = _conditions(after["status"])["Ready"]["lastTransitionTime"]
-        assert ready_time == _conditions(before["status"])["Ready"]["lastTransitionTime"]
+        ready_time = by_type(after["status"])["Ready"]["lastTransitionTime"]
+        assert ready_time == by_type(before["status"])["Ready"]["lastTransitionTime"]
         return after
 
 
@@ -123,7 +120,7 @@ def test_a_synced_binding_reports_and_then_writes_nothing_new(
     binding = bound(stack, clusters, tmp_path, cleanup, git_server, files)
     live = eventually(lambda: binding.settled("True"), "Ready=True with the head applied", 60)
     status = live["status"]
-    found = _conditions(status)
+    found = by_type(status)
     assert found["Ready"]["reason"] == "Synced"
     assert (found["Stalled"]["status"], found["SecretValid"]["status"]) == ("False", "True")
     assert found["KonnectorConflict"]["status"] == "False"
@@ -148,7 +145,7 @@ def test_refused_documents_stall_the_binding_until_fixed(
     binding = bound(stack, clusters, tmp_path, cleanup, git_server, files)
     live = eventually(lambda: binding.settled("False"), "Ready=False for the refused document", 60)
     status = live["status"]
-    found = _conditions(status)
+    found = by_type(status)
     assert found["Ready"]["reason"] == "DocumentsRefused"
     assert (found["Stalled"]["status"], found["Stalled"]["reason"]) == ("True", "DocumentsRefused")
     assert found["SecretValid"]["status"] == "True"
@@ -158,13 +155,13 @@ def test_refused_documents_stall_the_binding_until_fixed(
     assert {c["observedGeneration"] for c in status["conditions"]} == {binding.generation}
 
     after = binding.assert_quiet()
-    ready_time = _conditions(after["status"])["Ready"]["lastTransitionTime"]
+    ready_time = by_type(after["status"])["Ready"]["lastTransitionTime"]
     assert ready_time == found["Ready"]["lastTransitionTime"]
 
     push(binding.clone, {"claims/bad.yaml": claim("bad", binding.namespace)}, "fix the namespace")
     live = eventually(lambda: binding.settled("True"), "Ready=True once the document is fixed", 60)
     status = live["status"]
-    found = _conditions(status)
+    found = by_type(status)
     assert found["Stalled"]["status"] == "False"
     assert (status["claims"], status["rejected"]) == (2, 0)
     assert "refusals" not in status

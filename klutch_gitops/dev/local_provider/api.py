@@ -88,7 +88,7 @@ def set_conditions(
 
 
 def conditions_of(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+    return conditions.by_type(obj.get("status"))
 
 
 # -- managed-resource fields ---------------------------------------------------------------------
