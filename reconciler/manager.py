@@ -31,6 +31,7 @@ from klutch_gitops.kube.client import Kube, KubeError, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
 from klutch_gitops.policies import install_policies, load_policies
+from reconciler import metrics
 from reconciler.controllers.export_requests import ExportRequestController
 from reconciler.controllers.namespaces import NamespaceController
 from reconciler.controllers.tokens import TokenRenewer
@@ -61,7 +62,7 @@ class Reconciler:
         self.exit_process = exit_process
         self.admin = Kube(api_client(config.control_plane_kubeconfig))
         self.resolver = Resolver(self.admin, config.work_dir / ".secrets")
-        self.queue: WorkQueue[Key] = WorkQueue()
+        self.queue: WorkQueue[Key] = WorkQueue(observer=metrics.QueueMetrics("reconcile"))
         self.registrations = Registrations(
             config, self.admin, self.resolver, self.queue, self._owned
         )

@@ -165,7 +165,6 @@ class Registrations:
 
     def _handle(self, key: Key) -> None:
         kind, name = key
-        metrics.QUEUE_DEPTH.set(len(self.queue))
         try:
             if kind == "platform" and self.platform is not None:
                 result = self.platform.sync()

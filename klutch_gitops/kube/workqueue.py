@@ -15,13 +15,36 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
 log = logging.getLogger(__name__)
 
 JITTER = 0.1  # a back-off is shortened by up to this fraction, so keys failing together spread out
+
+
+class QueueObserver(Protocol):
+    """What a queue tells its metrics (client-go's workqueue metrics provider, in small)."""
+
+    def added(self, depth: int) -> None: ...
+    def started(self, waited: float, depth: int) -> None: ...
+    def finished(self, worked: float) -> None: ...
+    def retried(self) -> None: ...
+
+
+class _Unobserved:
+    def added(self, depth: int) -> None:
+        pass
+
+    def started(self, waited: float, depth: int) -> None:
+        pass
+
+    def finished(self, worked: float) -> None:
+        pass
+
+    def retried(self) -> None:
+        pass
 
 
 class WorkQueue(Generic[K]):
@@ -39,7 +62,12 @@ class WorkQueue(Generic[K]):
         qps: float = 20.0,
         burst: int = 100,
         clock: Callable[[], float] = time.monotonic,
+        observer: QueueObserver | None = None,
     ) -> None:
+        """``observer`` hears of adds, waits, work times and retries (``reconciler/metrics.py``)."""
+        self._observer = observer or _Unobserved()
+        self._added: dict[K, float] = {}  # key -> when it entered the queue (real time)
+        self._started: dict[K, float] = {}  # key -> when a worker took it
         self._base_delay = base_delay
         self._max_delay = max_delay
         self._qps = qps
@@ -85,6 +113,7 @@ class WorkQueue(Generic[K]):
             backoff = min(self._max_delay, self._base_delay * 2.0**failures)
             backoff *= 1.0 - JITTER * random.random()  # noqa: S311 - spreading, not secrecy
             delay = max(backoff, self._reserve_token())
+        self._observer.retried()
         self.add_after(key, delay)
 
     def forget(self, key: K) -> None:
@@ -106,6 +135,9 @@ class WorkQueue(Generic[K]):
                     key = self._queue.popleft()
                     self._dirty.discard(key)
                     self._processing.add(key)
+                    now = time.monotonic()
+                    self._started[key] = now
+                    self._observer.started(now - self._added.pop(key, now), len(self._queue))
                     return key
                 wait = None if next_due is None else max(0.0, next_due - self._clock())
                 if deadline is not None:
@@ -120,8 +152,12 @@ class WorkQueue(Generic[K]):
         """Finish processing ``key``; if it was added meanwhile it is queued again now."""
         with self._cond:
             self._processing.discard(key)
+            started = self._started.pop(key, None)
+            if started is not None:
+                self._observer.finished(time.monotonic() - started)
             if key in self._dirty:
                 self._queue.append(key)
+                self._observer.added(len(self._queue))
                 self._cond.notify()
 
     def shutdown(self) -> None:
@@ -139,8 +175,10 @@ class WorkQueue(Generic[K]):
         if self._shutting_down or key in self._dirty:
             return
         self._dirty.add(key)
+        self._added[key] = time.monotonic()
         if key not in self._processing:
             self._queue.append(key)
+            self._observer.added(len(self._queue))
             self._cond.notify()
 
     def _promote_due(self) -> float | None:

@@ -4,7 +4,7 @@ the statuses Git gets."""
 from __future__ import annotations
 
 from klutch_gitops.kube.client import SECRETS
-from klutch_gitops.manifests import Claim
+from klutch_gitops.manifests import Claim, Rejection
 from reconciler.sync import objects
 from reconciler.sync.desired import DesiredState
 from reconciler.sync.view import View, claim_resource
@@ -20,7 +20,11 @@ def upstream(view: View, claim: Claim) -> dict | None:
 
 
 def observe(
-    view: View, desired: DesiredState, mirrored: tuple[Claim, ...], repository: str
+    view: View,
+    desired: DesiredState,
+    mirrored: tuple[Claim, ...],
+    repository: str,
+    refusals: tuple[Rejection, ...] = (),
 ) -> tuple[ObservedStatus, ...]:
     """Copy status and provider-owned Secrets to the mirrored App objects; return what Git
     gets (the status of every claim Git holds)."""

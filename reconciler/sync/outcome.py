@@ -14,6 +14,8 @@ class PassOutcome:
     commit: str  # the Git commit whose desired state the pass applied
     claims: int  # claims mirrored to the Control Plane
     refusals: tuple[Rejection, ...]  # every problem of the pass
+    # the refusals the stages found (apply, prune, adoption, konnector, finalize), not the loader
+    stage_problems: tuple[Rejection, ...] = ()
 
     @property
     def refused(self) -> int:

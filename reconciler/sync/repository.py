@@ -76,6 +76,7 @@ class RepositorySync:
         )
         self.needs_fetch = True
         self.head: str | None = None
+        self.fetch_error: str | None = None  # the last fetch failed with this
         self.view = ClusterView(binding, self.external, lambda: self._enqueue(("sync", self.name)))
         self.schedule = Schedule(mode)
         self._desired: tuple[tuple, DesiredState] | None = None
@@ -138,17 +139,24 @@ class RepositorySync:
                 view, self.name, spec.app_namespaces, spec.path, self.conflicts, self._held
             )
             problems += holding
-            statuses = observe(view, desired, mirrored, self.name)
+            refusals = (*desired.rejections, *problems)
+            statuses = observe(view, desired, mirrored, self.name, refusals)
             self._schedule_write_back(desired, statuses, problems)
-            self.last_pass = PassOutcome(head, len(mirrored), (*desired.rejections, *problems))
+            self.last_pass = PassOutcome(head, len(mirrored), refusals, tuple(problems))
             self._again(pending)
 
     def _fetch(self) -> str | None:
         """The branch's head, fetched when asked to (or never yet); None while it does not exist."""
         if self.needs_fetch or self.head is None:
             self.needs_fetch = False
-            with metrics.FETCH_SECONDS.labels(self.name).time():
-                self.head = self.reader.fetch()
+            try:
+                with metrics.FETCH_SECONDS.labels(self.name).time():
+                    self.head = self.reader.fetch()
+            except Exception as error:
+                self.needs_fetch = True  # the next pass tries again
+                self.fetch_error = str(error)
+                raise
+            self.fetch_error = None
         return self.head
 
     def _again(self, pending: bool) -> None:
