@@ -12,8 +12,9 @@ import contextlib
 import copy
 import hashlib
 import platform
+import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import (
@@ -65,6 +66,14 @@ WRITE_BACK_SECONDS = Histogram(
     "Duration of a status write-back",
     ["repository"],
     buckets=BUCKETS,
+    registry=REGISTRY,
+)
+# errors_total's reason is the error's class (GitFailed, KubeError, ...), which a failed fetch and
+# a failed push share: the write-back alert needs the stage.
+WRITE_BACK_FAILURES = Counter(
+    "klutch_gitops_write_back_failures_total",
+    "Status write-backs that failed (push refused, remote unreachable); retried with back-off",
+    ["repository"],
     registry=REGISTRY,
 )
 COMMITS = Counter(
@@ -127,11 +136,24 @@ QUEUE_WORK = Histogram(
 QUEUE_RETRIES = Counter(
     "workqueue_retries_total", "Keys retried after a failure", ["name"], registry=REGISTRY
 )
+QUEUE_UNFINISHED = Gauge(
+    "workqueue_unfinished_work_seconds",
+    "Seconds of work in progress not yet in work_duration; steady growth means stuck workers",
+    ["name"],
+    registry=REGISTRY,
+)
+QUEUE_LONGEST = Gauge(
+    "workqueue_longest_running_processor_seconds",
+    "How long the longest-running key in progress has been handled",
+    ["name"],
+    registry=REGISTRY,
+)
 STATUSES = ("True", "False", "Unknown")
 PER_REPOSITORY = (
     RECONCILE_SECONDS,
     FETCH_SECONDS,
     WRITE_BACK_SECONDS,
+    WRITE_BACK_FAILURES,
     COMMITS,
     CLAIMS,
     REJECTED,
@@ -147,25 +169,43 @@ BINDER_TOKEN_EXPIRY = Gauge(
 
 
 class QueueMetrics:
-    """A work queue's observer (``klutch_gitops.kube.workqueue.QueueObserver``)."""
+    """A work queue's observer (``klutch_gitops.kube.workqueue.QueueObserver``).
 
-    def __init__(self, name: str) -> None:
+    The two in-progress gauges are computed when scraped, from the keys being handled, where
+    client-go's queue recomputes them every half second.
+    """
+
+    def __init__(self, name: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.depth = QUEUE_DEPTH.labels(name)
         self.adds = QUEUE_ADDS.labels(name)
         self.wait = QUEUE_WAIT.labels(name)
         self.work = QUEUE_WORK.labels(name)
         self.retries = QUEUE_RETRIES.labels(name)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._running: dict[Hashable, float] = {}  # key -> when a worker took it
+        QUEUE_UNFINISHED.labels(name).set_function(lambda: sum(self._ages(), 0.0))
+        QUEUE_LONGEST.labels(name).set_function(lambda: max(self._ages(), default=0.0))
+
+    def _ages(self) -> list[float]:
+        now = self._clock()
+        with self._lock:
+            return [now - since for since in self._running.values()]
 
     def added(self, depth: int) -> None:
         self.adds.inc()
         self.depth.set(depth)
 
-    def started(self, waited: float, depth: int) -> None:
+    def started(self, key: Hashable, waited: float, depth: int) -> None:
         self.wait.observe(waited)
         self.depth.set(depth)
+        with self._lock:
+            self._running[key] = self._clock()
 
-    def finished(self, worked: float) -> None:
+    def finished(self, key: Hashable, worked: float) -> None:
         self.work.observe(worked)
+        with self._lock:
+            self._running.pop(key, None)
 
     def retried(self) -> None:
         self.retries.inc()
@@ -181,6 +221,14 @@ def observe_status(
             CONDITION.labels(repository, found["type"], status).set(
                 1 if found.get("status") == status else 0
             )
+
+
+def failed(repository: str, work: str, reason: str) -> None:
+    """A work item of ``repository`` failed: ``work`` is its kind (sync, writeback, register,
+    platform), ``reason`` the error's class or ``internal``."""
+    ERRORS.labels(repository, reason).inc()
+    if work == "writeback":
+        WRITE_BACK_FAILURES.labels(repository).inc()
 
 
 def pass_succeeded(repository: str, at: float | None = None) -> None:

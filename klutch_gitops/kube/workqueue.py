@@ -25,11 +25,15 @@ JITTER = 0.1  # a back-off is shortened by up to this fraction, so keys failing 
 
 
 class QueueObserver(Protocol):
-    """What a queue tells its metrics (client-go's workqueue metrics provider, in small)."""
+    """What a queue tells its metrics (client-go's workqueue metrics provider, in small).
+
+    ``started`` and ``finished`` name the key, so an observer can tell how long the keys still
+    being handled have run (client-go's unfinished-work and longest-running-processor gauges).
+    """
 
     def added(self, depth: int) -> None: ...
-    def started(self, waited: float, depth: int) -> None: ...
-    def finished(self, worked: float) -> None: ...
+    def started(self, key: Hashable, waited: float, depth: int) -> None: ...
+    def finished(self, key: Hashable, worked: float) -> None: ...
     def retried(self) -> None: ...
 
 
@@ -37,10 +41,10 @@ class _Unobserved:
     def added(self, depth: int) -> None:
         pass
 
-    def started(self, waited: float, depth: int) -> None:
+    def started(self, key: Hashable, waited: float, depth: int) -> None:
         pass
 
-    def finished(self, worked: float) -> None:
+    def finished(self, key: Hashable, worked: float) -> None:
         pass
 
     def retried(self) -> None:
@@ -137,7 +141,7 @@ class WorkQueue(Generic[K]):
                     self._processing.add(key)
                     now = time.monotonic()
                     self._started[key] = now
-                    self._observer.started(now - self._added.pop(key, now), len(self._queue))
+                    self._observer.started(key, now - self._added.pop(key, now), len(self._queue))
                     return key
                 wait = None if next_due is None else max(0.0, next_due - self._clock())
                 if deadline is not None:
@@ -154,7 +158,7 @@ class WorkQueue(Generic[K]):
             self._processing.discard(key)
             started = self._started.pop(key, None)
             if started is not None:
-                self._observer.finished(time.monotonic() - started)
+                self._observer.finished(key, time.monotonic() - started)
             if key in self._dirty:
                 self._queue.append(key)
                 self._observer.added(len(self._queue))
