@@ -6,16 +6,37 @@ import signal
 import threading
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
 
 from klutch_gitops import __version__
+from klutch_gitops.cli_options import LogLevel, LogLevelOption
 from klutch_gitops.console import err, out, run_cli
 from klutch_gitops.dev.cli import dev
+from klutch_gitops.errors import explain
 
-app = typer.Typer(
+if TYPE_CHECKING:
+    from klutch_gitops.config import Config
+    from klutch_gitops.kube.client import Kube
+
+
+class ExplainingTyper(typer.Typer):
+    """Every command's known library errors (an unreachable cluster, an unreadable file) become
+    a KlutchError, which ``run_cli`` prints as one error and its fix, exit code 1."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as error:
+            explained = explain(error)
+            if explained is None:
+                raise
+            raise explained from None
+
+
+app = ExplainingTyper(
     help="GitOps front door for Klutch data services.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -33,16 +54,15 @@ def run(
     once: Annotated[
         bool, typer.Option("--once", help="Sync every repository once and exit")
     ] = False,
-    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    log_level: LogLevelOption = LogLevel.info,
 ) -> None:
     """The main job: mirror claims from Git into the clusters and write status back to Git."""
     from klutch_gitops import logs
-    from klutch_gitops.config_file import load_config
     from reconciler.manager import Reconciler
 
-    logs.configure(log_level)
-    settings = load_config(config)
+    logs.configure(log_level.value)
     if once:
+        settings = reconciler_config(config)
         failures = Reconciler(settings).run_once()
         for failure in failures:
             err.print(f"[red]failed:[/red] {escape(failure)}")
@@ -52,10 +72,9 @@ def run(
 
 def reconcile_until_signal(config: Path) -> None:
     """Run the reconciler until SIGINT or SIGTERM, then stop it cleanly."""
-    from klutch_gitops.config_file import load_config
     from reconciler.manager import Reconciler
 
-    settings = load_config(config)
+    settings = reconciler_config(config)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -68,16 +87,30 @@ def reconcile_until_signal(config: Path) -> None:
     reconciler.stop()
 
 
+def reconciler_config(path: Path) -> Config:
+    """The reconciler's config, once its Control Plane answers (else an error naming the field)."""
+    from klutch_gitops.config_file import load_config
+    from klutch_gitops.preflight import reach_cluster
+
+    settings = load_config(path)
+    reach_cluster(settings.control_plane_kubeconfig, f"{path}: controlPlane.kubeconfig")
+    return settings
+
+
 @app.command("bind-api")
 def bind_api(
     config: Annotated[Path, typer.Option("--config", "-c", help="The bind API's config file")],
-    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    log_level: LogLevelOption = LogLevel.info,
 ) -> None:
     """The bind API: OIDC-authenticated bindings of App Clusters and repositories."""
+    from bind_api.config import load_bind_api_config
     from bind_api.server import serve
     from klutch_gitops import logs
+    from klutch_gitops.preflight import reach_cluster
 
-    logs.configure(log_level)
+    settings = load_bind_api_config(config)
+    reach_cluster(settings.control_plane_kubeconfig, f"{config}: controlPlane.kubeconfig")
+    logs.configure(log_level.value)
     serve(config)
 
 
@@ -116,21 +149,36 @@ def local_provider(
     secret_namespace: Annotated[
         str, typer.Option("--secret-namespace", help="Where its credentials Secret goes")
     ] = "crossplane-system",  # noqa: S107 - a namespace, not a password
-    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    log_level: LogLevelOption = LogLevel.info,
 ) -> None:
     """LocalDatabase, LocalUser, LocalBackup and LocalRestore on a PostgreSQL server."""
     from klutch_gitops import logs
+    from klutch_gitops.config import SecretRef
     from klutch_gitops.dev.local_provider.provider import LocalProvider, bootstrap, serve_health
     from klutch_gitops.dev.localstack.postgres import bin_dir
     from klutch_gitops.errors import KlutchError
     from klutch_gitops.kube.client import Kube, api_client
+    from klutch_gitops.preflight import reach_cluster
+    from klutch_gitops.settings import secret_value
 
     if postgres_host and postgres_password_file is None:
         raise KlutchError(
             "--postgres-host needs --postgres-password-file",
             "pass a file holding the password (never the password itself)",
         )
-    logs.configure(log_level)
+    password = (
+        secret_value(
+            SecretRef(file=postgres_password_file),
+            "--postgres-password-file",
+            program="klutch-gitops local-provider",
+        )
+        .decode()
+        .strip()
+        if postgres_host and postgres_password_file
+        else ""
+    )
+    reach_cluster(kubeconfig, "--kubeconfig", context)
+    logs.configure(log_level.value)
     kube = Kube(api_client(kubeconfig, context))
     provider = LocalProvider(  # installs its CRDs (Established) before anything uses them
         kube, backup_dir=backup_dir, bin_dir=pg_bin_dir or bin_dir(), poll_interval=poll_interval
@@ -142,7 +190,7 @@ def local_provider(
             host=postgres_host,
             port=postgres_port,
             username=postgres_user,
-            password=postgres_password_file.read_text().strip(),
+            password=password,
             namespace=secret_namespace,
         )
     if health_port:
@@ -203,12 +251,7 @@ def plan(
     changes the Control Plane refuses); 2: wrong usage, or Git or a cluster could not be read.
     Without --config or --control-plane-kubeconfig it checks offline against the catalog.
     """
-    import urllib3
-    from kubernetes.config.config_exception import ConfigException
-
-    from klutch_gitops.config_file import load_config
     from klutch_gitops.errors import KlutchError
-    from klutch_gitops.kube.client import Kube, api_client
     from reconciler.review.plan_io import Target, config_targets, run_plan
     from reconciler.review.plan_render import render_json, render_markdown
 
@@ -222,10 +265,10 @@ def plan(
     )
     try:
         if config:
-            targets = config_targets(load_config(config), repo, repository or (), path or ())
+            targets = config_targets(reconciler_config(config), repo, repository or (), path or ())
         else:
-            cp = Kube(api_client(control_plane_kubeconfig)) if control_plane_kubeconfig else None
-            app_cluster = Kube(api_client(app_kubeconfig)) if app_kubeconfig else None
+            cp = _cluster(control_plane_kubeconfig, "--control-plane-kubeconfig")
+            app_cluster = _cluster(app_kubeconfig, "--app-kubeconfig")
             targets = [
                 Target(
                     name=folder,
@@ -240,10 +283,24 @@ def plan(
         result = run_plan(repo, base, head, targets)
     except KlutchError as error:
         _usage_failure(error.message, error.fix)
-    except (OSError, ConfigException, urllib3.exceptions.HTTPError) as error:
-        _usage_failure(f"{type(error).__name__}: {error}", "check the files and the clusters")
+    except Exception as error:
+        explained = explain(error)
+        if explained is None:
+            raise
+        _usage_failure(explained.message, explained.fix)
     out.file.write(render_json(result) if output is PlanOutput.json else render_markdown(result))
     raise typer.Exit(result.exit_code)
+
+
+def _cluster(kubeconfig: Path | None, option: str) -> Kube | None:
+    """The cluster a plan reads, once it answers (else an error naming the option)."""
+    from klutch_gitops.kube.client import Kube, api_client
+    from klutch_gitops.preflight import reach_cluster
+
+    if kubeconfig is None:
+        return None
+    reach_cluster(kubeconfig, option)
+    return Kube(api_client(kubeconfig))
 
 
 def _check_plan_options(

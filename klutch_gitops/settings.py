@@ -45,7 +45,7 @@ class FieldReader:
             return yaml.safe_load(text)
         except yaml.YAMLError as error:
             raise KlutchError(
-                f"{self.origin}: not valid YAML: {error}", "fix the YAML syntax"
+                f"{self.origin}: not valid YAML: {yaml_problem(error)}", "fix the YAML syntax"
             ) from None
 
     def check(self) -> None:
@@ -207,6 +207,13 @@ class FieldReader:
             ssh_key_file=self.path(ssh_key) if ssh_key else None,
             known_hosts_file=self.path(known_hosts) if known_hosts else None,
         )
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's complaint on one line: ``line 2, column 1: expected the node content, …``."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem
 
 
 def read_config_file(path: Path) -> str:

@@ -19,8 +19,10 @@ from urllib.parse import quote
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
 
 from klutch_gitops import tenant_kubeconfig
+from klutch_gitops.errors import KlutchError
 
 FIELD_MANAGER = "klutch-gitops"
 
@@ -107,8 +109,14 @@ def api_client(
     they are parsed strictly by ``tenant_kubeconfig`` (KubeconfigRefused names what is refused).
     """
     if isinstance(kubeconfig, Path):
-        api = config.new_client_from_config(config_file=str(kubeconfig), context=context)
-        token_file = _token_file(yaml.safe_load(kubeconfig.read_text()), context)
+        parsed = read_kubeconfig_file(kubeconfig, context)
+        try:
+            api = config.new_client_from_config(config_file=str(kubeconfig), context=context)
+        except (ConfigException, OSError, ValueError) as error:  # e.g. a missing certificate file
+            raise KlutchError(
+                f"kubeconfig {kubeconfig}: {error}"[:500], f"fix the kubeconfig file {kubeconfig}"
+            ) from None
+        token_file = _token_file(parsed, context)
         if token_file is not None:
             api.configuration.refresh_api_key_hook = TokenFileReloader(
                 kubeconfig.parent / token_file
@@ -117,6 +125,40 @@ def api_client(
     if context is not None:
         raise ValueError("context applies to kubeconfig files only: a tenant's has one context")
     return tenant_kubeconfig.load_client(kubeconfig)
+
+
+def read_kubeconfig_file(path: Path, context: str | None = None) -> dict[str, Any]:
+    """The parsed kubeconfig, checked before the kubernetes client's loader sees it: that one
+    raises errors that name neither the file nor the fix (or a bare traceback, for a directory)."""
+    fix = f"point at a kubeconfig file (kubectl config view --raw --minify > {path.name})"
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise KlutchError(f"cannot read kubeconfig {path}: {error.strerror}", fix) from None
+    except UnicodeDecodeError:
+        raise KlutchError(f"kubeconfig {path} is not text", fix) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f" (line {mark.line + 1})" if mark is not None else ""
+        raise KlutchError(f"kubeconfig {path} is not valid YAML{line}", fix) from None
+    if not isinstance(data, dict) or not data.get("clusters"):
+        raise KlutchError(f"kubeconfig {path} holds no clusters", fix)
+    name = context or data.get("current-context")
+    if not name:
+        raise KlutchError(
+            f"kubeconfig {path} has no current-context",
+            f"run kubectl --kubeconfig {path} config use-context NAME, or pass --context",
+        )
+    contexts = [c.get("name") for c in data.get("contexts") or [] if isinstance(c, dict)]
+    if name not in contexts:
+        known = ", ".join(map(str, contexts)) or "none"
+        raise KlutchError(
+            f"kubeconfig {path} has no context {name!r} (contexts: {known})",
+            "name one of its contexts",
+        )
+    return data
 
 
 def _token_file(kubeconfig: Any, context: str | None) -> str | None:
