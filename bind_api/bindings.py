@@ -6,9 +6,10 @@ Control Plane CRD the template selects), the ClusterBinding ``cluster`` and — 
 a RepositoryBinding for the reconciler with its credentials in Secrets. Every object has a stable
 name and is applied server-side, so binding again returns the same result.
 
-``unbind`` deletes the consumer namespace. Its APIServiceNamespaces carry the namespace
-controller's finalizer, so the mapped namespaces (and the claims in them) go with it; Klutch leaves
-all of this behind.
+``unbind`` deletes the consumer namespace (``bind_api.unbinding`` says what that deletes and refuses
+while a claim is deletion-protected). Its APIServiceNamespaces carry the namespace controller's
+finalizer, so the mapped namespaces (and the claims in them) go with it; Klutch leaves all of this
+behind.
 """
 
 from __future__ import annotations
@@ -23,15 +24,13 @@ from typing import Any
 
 import yaml
 
+from bind_api import unbinding
 from bind_api.export_requests import apply_export
 from bind_api.ownership import Refused, checked_namespace, claim_namespace
 from klutch_gitops.apis import (
-    API_SERVICE_NAMESPACES,
     BIND_GROUPS_ANNOTATION,
     BINDER_KUBECONFIG_LABEL,
     CLUSTER_BINDINGS,
-    CONSUMER_LABEL,
-    IDENTITY_ANNOTATION,
     REPOSITORY_BINDINGS,
 )
 from klutch_gitops.binder_roles import CONSUMER_ROLE, ensure_cluster_role
@@ -284,24 +283,20 @@ def _apply_all(admin: Kube, objects: Iterable[tuple[Resource, dict[str, Any]]]) 
         admin.apply(resource, body, field_manager=FIELD_MANAGER, force=True)
 
 
-def unbind(admin: Kube, consumer_namespace: str, timeout: float = 120.0) -> None:
+def unbind(
+    admin: Kube, consumer_namespace: str, timeout: float = 120.0, *, force: bool = True
+) -> None:
     """Delete the consumer namespace and wait until it and its mapped namespaces are gone.
 
-    Only a namespace that ``bind`` made (it carries the identity annotation) is deleted. The
+    Only a namespace that ``bind`` made (it carries the identity annotation) is deleted, and
+    without ``force`` none holding a deletion-protected claim (``bind_api.unbinding``). The
     namespace controller's finalizer on each APIServiceNamespace deletes the mapped namespace
     first; when that does not happen in time, the error names what remains.
     """
-    namespace = admin.get(NAMESPACES, None, consumer_namespace)
-    if namespace is None:
+    if unbinding.start(admin, consumer_namespace, force=force) is None:
         return
-    if IDENTITY_ANNOTATION not in (namespace["metadata"].get("annotations") or {}):
-        raise KlutchError(
-            f"namespace {consumer_namespace} has no {IDENTITY_ANNOTATION}: not a consumer's",
-            "pass the consumer namespace that bind returned",
-        )
-    admin.delete(NAMESPACES, None, consumer_namespace)
     deadline = time.monotonic() + timeout
-    while remaining := _remaining(admin, consumer_namespace):
+    while remaining := unbinding.remaining(admin, consumer_namespace):
         if time.monotonic() > deadline:
             raise KlutchError(
                 f"unbinding {consumer_namespace} did not finish in {timeout:.0f}s; "
@@ -310,19 +305,3 @@ def unbind(admin: Kube, consumer_namespace: str, timeout: float = 120.0) -> None
                 "mapped namespaces), then unbind again",
             )
         time.sleep(0.5)
-
-
-def _remaining(admin: Kube, consumer: str) -> list[str]:
-    """The consumer namespace, its mapped namespaces and mappings that still exist."""
-    left = [f"namespace {consumer}"] if admin.get(NAMESPACES, None, consumer) else []
-    mapped, _ = admin.list(NAMESPACES, label_selector=f"{CONSUMER_LABEL}={consumer}")
-    left += [f"namespace {n['metadata']['name']}" for n in mapped]
-    if left:
-        try:
-            mappings, _ = admin.list(API_SERVICE_NAMESPACES, consumer)
-        except KubeError as error:
-            if not error.not_found:
-                raise
-            mappings = []
-        left += [f"APIServiceNamespace {consumer}/{m['metadata']['name']}" for m in mappings]
-    return left

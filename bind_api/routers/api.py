@@ -9,13 +9,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, HTTPException
 
-from bind_api.bindings import BindingRequest, Repository, bind, find_templates, unbind
+from bind_api import unbinding
+from bind_api.bindings import BindingRequest, Repository, bind, find_templates
 from bind_api.dependencies import Admin, Caller, Config, Requests
 from bind_api.models import BindingIn, RepositoryIn
 from bind_api.oidc import Principal
-from bind_api.ownership import owned_by
+from bind_api.ownership import Refused, owned_by
 from klutch_gitops.apis import IDENTITY_ANNOTATION, REPOSITORY_BINDINGS
 from klutch_gitops.authz import may_bind
 from klutch_gitops.consumer import owner_of
@@ -101,14 +102,37 @@ def list_bindings(caller: Caller, admin: Admin) -> dict[str, Any]:
     return {"bindings": [_binding_view(admin, ns) for ns in _owned(admin, caller)]}
 
 
-@router.delete("/bindings/{consumer}", status_code=204)
-def delete_binding(consumer: str, caller: Caller, admin: Admin, requests: Requests) -> Response:
+@router.get("/bindings/{consumer}")
+def binding_plan(consumer: str, caller: Caller, admin: Admin) -> dict[str, Any]:
+    """What unbinding ``consumer`` deletes: namespaces and claims, databases and protected ones;
+    authorized as the DELETE is. 404 once the binding is gone (an unbind has finished)."""
+    current = unbinding.plan(admin, _own_consumer(admin, caller, consumer))
+    if current is None:
+        raise HTTPException(404, f"no binding {consumer} of yours")
+    return current.view()
+
+
+@router.delete("/bindings/{consumer}", status_code=202)
+def delete_binding(
+    consumer: str, caller: Caller, admin: Admin, requests: Requests, force: bool = False
+) -> dict[str, Any]:
+    """Start deleting the binding and answer what is being deleted; the caller polls the GET
+    until it is 404. 409 while a claim is deletion-protected, unless ``force=true``."""
+    try:
+        started = unbinding.start(admin, _own_consumer(admin, caller, consumer), force=force)
+    except Refused:
+        requests.labels("unbind", "refused").inc()
+        raise
+    requests.labels("unbind", "ok").inc()
+    log.info("unbound", extra={"subject": caller.subject, "consumer": consumer, "force": force})
+    return started.view() if started else {"consumerNamespace": consumer, "namespaces": []}
+
+
+def _own_consumer(admin: Kube, caller: Principal, consumer: str) -> str:
+    """``consumer`` when it is one of the caller's consumer namespaces, else 404."""
     if consumer not in {ns["metadata"]["name"] for ns in _owned(admin, caller)}:
         raise HTTPException(404, f"no binding {consumer} of yours")
-    unbind(admin, consumer)
-    requests.labels("unbind", "ok").inc()
-    log.info("unbound", extra={"subject": caller.subject, "consumer": consumer})
-    return Response(status_code=204)
+    return consumer
 
 
 def _repository(body: RepositoryIn | None) -> Repository | None:

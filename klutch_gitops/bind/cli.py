@@ -23,14 +23,26 @@ from klutch_gitops import __version__
 from klutch_gitops.bind import app_cluster, request, token_cache
 from klutch_gitops.bind import client as bind_client
 from klutch_gitops.bind.browser_login import browser_login
-from klutch_gitops.bind.client import BindClient
 from klutch_gitops.bind.device_login import (
     DeviceCode,
     poll_device_token,
     start_device_authorization,
 )
+from klutch_gitops.bind.options import (
+    Ca,
+    ClientId,
+    Context,
+    Kubeconfig,
+    OptionalIssuer,
+    OutputOption,
+    Token,
+    Url,
+    bearer_token,
+    open_client,
+)
 from klutch_gitops.bind.output import Output, emit, print_bind_report, print_table, show_claims
 from klutch_gitops.bind.request import GIT_PASSWORD_ENV, claims_for, confirmation_needed
+from klutch_gitops.bind.unbind import unbind_command
 from klutch_gitops.console import err, out, run_cli
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import Kube
@@ -157,46 +169,6 @@ def token(
 # --- bindings ------------------------------------------------------------------------------------
 
 
-Url = Annotated[str, typer.Argument(help="The bind API's base URL, e.g. https://bind.example.com")]
-OptionalIssuer = Annotated[
-    str | None,
-    typer.Option("--issuer", help="OIDC issuer whose cached login token to use (see 'login')."),
-]
-Token = Annotated[
-    str | None,
-    typer.Option(
-        "--token", envvar="KLUTCH_BIND_TOKEN", help="An ID token to use instead (automation)."
-    ),
-]
-ClientId = Annotated[
-    str | None, typer.Option("--client-id", help="Needed when logged in with several clients.")
-]
-Ca = Annotated[str | None, typer.Option("--ca", help="CA bundle for the bind API's TLS.")]
-OutputOption = Annotated[Output, typer.Option("-o", "--output")]
-Kubeconfig = Annotated[
-    Path | None, typer.Option("--kubeconfig", help="Kubeconfig of the App Cluster.")
-]
-Context = Annotated[str | None, typer.Option("--context", help="Context in the kubeconfig.")]
-
-
-def bearer_token(issuer: str | None, token: str | None, client_id: str | None) -> str:
-    """``--token`` as given, or the cached login of ``--issuer`` (refreshed when due)."""
-    if token:
-        return token
-    if not issuer:
-        raise KlutchError(
-            "no token: pass --issuer (after 'klutch-bind login') or --token",
-            'e.g. --issuer https://dex.example.com, or --token "$(klutch-bind token --issuer …)"',
-        )
-    return token_cache.fresh_id_token(issuer, client_id, min_valid=60)
-
-
-def _client(
-    url: str, issuer: str | None, token: str | None, client_id: str | None, ca: str | None
-) -> BindClient:
-    return BindClient(url, bearer_token(issuer, token, client_id), ca=ca)
-
-
 @app.command()
 def exports(
     url: Url,
@@ -207,7 +179,7 @@ def exports(
     output: OutputOption = Output.text,
 ) -> None:
     """List the APIs the bind API offers, and whether you may bind them."""
-    with _client(url, issuer, token, client_id, ca) as api:
+    with open_client(url, issuer, token, client_id, ca) as api:
         items = api.exports()
     if emit({"exports": items}, output):
         return
@@ -282,7 +254,7 @@ def bind_command(
     app_kubeconfig = request.app_kubeconfig(kubeconfig, context) if repository is not None else None
     direct = gitops_out is None or kubeconfig is not None or context is not None
     kube = app_cluster.app_kube(kubeconfig, context) if direct else None
-    with _client(url, issuer, token, client_id, ca) as api:
+    with open_client(url, issuer, token, client_id, ca) as api:
         claims_by_api = claims_for(api.exports(), api_names)
         show_claims(claims_by_api)
         if confirmation_needed(yes, sys.stdin.isatty()) and not typer.confirm(
@@ -337,7 +309,7 @@ def status_command(
     output: OutputOption = Output.text,
 ) -> None:
     """List your bindings."""
-    with _client(url, issuer, token, client_id, ca) as api:
+    with open_client(url, issuer, token, client_id, ca) as api:
         items = api.bindings()
     if emit({"bindings": items}, output):
         return
@@ -359,31 +331,9 @@ def status_command(
     print_table(["CONSUMER NAMESPACE", "CLUSTER ID", "REPOSITORIES", "CREATED"], rows)
 
 
-@app.command("unbind")
-def unbind_command(
-    url: Url,
-    consumer: Annotated[str, typer.Argument(help="The consumer namespace (see 'status').")],
-    kubeconfig: Kubeconfig = None,
-    context: Context = None,
-    issuer: OptionalIssuer = None,
-    token: Token = None,
-    client_id: ClientId = None,
-    ca: Ca = None,
-    output: OutputOption = Output.text,
-) -> None:
-    """Remove a binding; with --kubeconfig also its App Cluster objects."""
-    with _client(url, issuer, token, client_id, ca) as api:
-        api.unbind(consumer)
-    removed = (
-        app_cluster.remove_app_objects(app_cluster.app_kube(kubeconfig, context), consumer)
-        if kubeconfig
-        else []
-    )
-    if emit({"consumerNamespace": consumer, "removed": removed}, output):
-        return
-    out.print(f"[green]unbound[/green] {consumer}")
-    for ref in removed:
-        out.print(f"  removed  {ref}")
+app.command("unbind")(unbind_command)
+
+__all__ = ["app", "bearer_token", "main"]
 
 
 if __name__ == "__main__":

@@ -69,14 +69,28 @@ class BindClient:
     def bindings(self) -> list[dict[str, Any]]:
         return self._request("GET", "/api/v1/bindings").get("bindings") or []
 
-    def unbind(self, consumer: str) -> None:
-        self._request("DELETE", f"/api/v1/bindings/{consumer}")
+    def unbind_plan(self, consumer: str) -> dict[str, Any] | None:
+        """What unbinding ``consumer`` deletes now (namespaces, claims); None once it is gone."""
+        response = self._send("GET", f"/api/v1/bindings/{consumer}")
+        return None if response.status_code == 404 else self._body(response)
+
+    def unbind(self, consumer: str, force: bool = False) -> dict[str, Any]:
+        """Start deleting the binding; the answer is what is being deleted. The bind API refuses
+        (409) while a claim is deletion-protected, unless ``force``."""
+        params = {"force": "true"} if force else {}
+        return self._request("DELETE", f"/api/v1/bindings/{consumer}", params=params)
 
     def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        return self._body(self._send(method, path, **kwargs))
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = self.http.request(method, path, **kwargs)
+            return self.http.request(method, path, **kwargs)
         except httpx.HTTPError as error:
             raise transport_error(self.base_url, error) from None
+
+    @staticmethod
+    def _body(response: httpx.Response) -> dict[str, Any]:
         if response.status_code >= 400:
             raise api_error(response)
         if not response.content:
