@@ -1,0 +1,176 @@
+"""The typer commands ``get``, ``reconcile``, ``suspend`` and ``resume``; klutch_gitops/cli.py
+registers them on ``klutch-gitops``. Flags follow kubectl's: --kubeconfig, --context, -n, -A, -o,
+-w."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from klutch_gitops.apis import REPOSITORY_BINDINGS
+from klutch_gitops.console import out
+from klutch_gitops.inspect import claims, steer
+from klutch_gitops.inspect.access import CALL_ERRORS, Cluster, connect, refused
+from klutch_gitops.inspect.show import CLAIMS, REPOSITORIES, render, watch_lines, widths_of
+from klutch_gitops.inspect.table import Output
+from klutch_gitops.inspect.watch import changes
+from klutch_gitops.kube.client import Resource
+
+Kubeconfig = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"),
+]
+Context = Annotated[str | None, typer.Option("--context", help="Kubeconfig context to use")]
+Namespace = Annotated[
+    str | None,
+    typer.Option("--namespace", "-n", help="Namespace (default: the context's namespace)"),
+]
+Repo = Annotated[str, typer.Argument(help="NAME (in -n NAMESPACE) or NAMESPACE/NAME")]
+Timeout = Annotated[
+    float, typer.Option("--timeout", help="Seconds to wait for the reconciler's answer")
+]
+NoWait = Annotated[bool, typer.Option("--no-wait", help="Request and return, do not wait")]
+
+
+class What(StrEnum):
+    repositories = "repositories"
+    repos = "repos"
+    repository = "repository"
+    repositorybindings = "repositorybindings"
+    claims = "claims"
+
+
+def say(line: str) -> None:
+    out.print(escape(line))
+
+
+def get(
+    what: Annotated[What, typer.Argument(help="repositories (repos) or claims")] = What.repos,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    namespace: Namespace = None,
+    all_namespaces: Annotated[
+        bool, typer.Option("--all-namespaces", "-A", help="Every namespace you may list")
+    ] = False,
+    output: Annotated[Output, typer.Option("--output", "-o", help="Format")] = Output.table,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Print changes as they come")] = (
+        False
+    ),
+) -> None:
+    """RepositoryBindings on the Control Plane, or (get claims) the App claims on the App
+    Cluster, with why each is not Ready."""
+    if watch and what is What.claims:  # one watch per served kind: not worth it yet
+        raise typer.BadParameter("--watch is for repositories only", param_hint="-w")
+    cluster = connect(kubeconfig, context, namespace)
+    where = None if all_namespaces else cluster.namespace
+    suffix = "" if all_namespaces else f" in {cluster.namespace} namespace"
+    view = CLAIMS if what is What.claims else REPOSITORIES
+    resource, objects, version = _list(cluster, what is What.claims, where)
+    table = render(view, objects, output, all_namespaces, suffix)
+    for line in table:
+        say(line)
+    if not watch or resource is None:
+        return
+    widths = widths_of(table, view, output is Output.wide, all_namespaces)
+    try:
+        for line in watch_lines(view, changes(cluster.kube, resource, where, version), output,
+                                all_namespaces, widths):  # fmt: skip
+            say(line)
+    except CALL_ERRORS as error:
+        raise refused(error, "watch", resource, where) from None
+    except KeyboardInterrupt:
+        return
+
+
+def _list(
+    cluster: Cluster, want_claims: bool, namespace: str | None
+) -> tuple[Resource | None, list[dict], str]:
+    """(the resource to watch, the objects, the list's resourceVersion)."""
+    if want_claims:
+        try:
+            return None, claims.list_claims(cluster.kube, namespace), ""
+        except CALL_ERRORS as error:
+            raise refused(error, "list", Resource("", "", "claims"), namespace) from None
+    try:
+        items, version = cluster.kube.list(REPOSITORY_BINDINGS, namespace)
+    except CALL_ERRORS as error:
+        raise refused(error, "list", REPOSITORY_BINDINGS, namespace) from None
+    items = [
+        {"apiVersion": REPOSITORY_BINDINGS.api_version, "kind": "RepositoryBinding", **item}
+        for item in items
+    ]
+    return REPOSITORY_BINDINGS, sorted(items, key=_order), version
+
+
+def _order(obj: dict) -> tuple[str, str]:
+    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def _target(
+    repo: str, kubeconfig: Path | None, context: str | None, namespace: str | None
+) -> tuple[Cluster, str, str]:
+    cluster = connect(kubeconfig, context, namespace)
+    ns, name = steer.parse_repo(repo, cluster.namespace, explicit_namespace=namespace is not None)
+    return cluster, ns, name
+
+
+def _answer(cluster: Cluster, ns: str, name: str, value: str, timeout: float) -> None:
+    say(f"► waiting for RepositoryBinding {ns}/{name} to answer the request {value}")
+    obj = steer.wait_handled(cluster.kube, ns, name, value, timeout)
+    say(f"✔ {steer.ready_line(obj)}")
+
+
+def reconcile(
+    repo: Repo,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    namespace: Namespace = None,
+    timeout: Timeout = 60.0,
+    no_wait: NoWait = False,
+) -> None:
+    """Fetch and apply a RepositoryBinding now, and wait until the reconciler has."""
+    cluster, ns, name = _target(repo, kubeconfig, context, namespace)
+    value = steer.request_reconcile(cluster.kube, ns, name)
+    say(f"► reconcile requested for RepositoryBinding {ns}/{name}")
+    if not no_wait:
+        _answer(cluster, ns, name, value, timeout)
+
+
+def suspend(
+    repo: Repo,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    namespace: Namespace = None,
+) -> None:
+    """Stop fetching, applying and writing back for a RepositoryBinding until resumed."""
+    cluster, ns, name = _target(repo, kubeconfig, context, namespace)
+    steer.suspend(cluster.kube, ns, name)
+    say(f"✔ RepositoryBinding {ns}/{name} suspended")
+
+
+def resume(
+    repo: Repo,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    namespace: Namespace = None,
+    timeout: Timeout = 60.0,
+    no_wait: NoWait = False,
+) -> None:
+    """Resume a suspended RepositoryBinding, reconcile it now, and wait for the pass."""
+    cluster, ns, name = _target(repo, kubeconfig, context, namespace)
+    value = steer.resume(cluster.kube, ns, name)
+    say(f"► RepositoryBinding {ns}/{name} resumed")
+    if not no_wait:
+        _answer(cluster, ns, name, value, timeout)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the four commands to ``app`` (klutch_gitops/cli.py does, and the tests)."""
+    app.command()(get)
+    app.command()(reconcile)
+    app.command()(suspend)
+    app.command()(resume)

@@ -1,0 +1,35 @@
+"""``-w``: the list first, then each change as one more row, until interrupted. kubectl prints the
+same way: the table with its header, then a row per event without one
+(k8s.io/kubectl/pkg/cmd/get/get.go, watch(): "print the current object" then each event)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from klutch_gitops.kube.client import Kube, KubeError, Resource
+
+
+def changes(
+    kube: Kube,
+    resource: Resource,
+    namespace: str | None,
+    resource_version: str,
+    label_selector: str | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Every changed object (added, modified, deleted) after ``resource_version``, for ever.
+
+    A closed watch resumes where it ended; a 410 Gone (history compacted) relists and yields
+    what the list holds, as client-go's reflector does (tools/cache/reflector.go)."""
+    version = resource_version
+    while True:
+        try:
+            for kind, obj in kube.watch(resource, namespace, version, label_selector):
+                version = obj["metadata"].get("resourceVersion", version)
+                if kind != "BOOKMARK":
+                    yield obj
+        except KubeError as error:
+            if error.status != 410:
+                raise
+            items, version = kube.list(resource, namespace, label_selector)
+            yield from items
