@@ -35,11 +35,11 @@ from klutch_gitops.apis import BINDER_KUBECONFIG_LABEL
 from klutch_gitops.config import TokenRenewal
 from klutch_gitops.consumer import binder_token
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import EVENTS, FIELD_MANAGER, SECRETS, Kube, KubeError
+from klutch_gitops.kube.client import FIELD_MANAGER, SECRETS, Kube, KubeError
+from klutch_gitops.kube.events import WARNING, EventRecorder
 from klutch_gitops.kube.informer import Informer, object_key
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
 from reconciler import metrics
-from reconciler.sync.events import warning_event
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,7 @@ class TokenRenewer:
             name="binder-kubeconfigs",
         )
         self._reported: dict[SecretKey, str] = {}  # invalid Secret -> resourceVersion reported
+        self.events = EventRecorder(admin)
 
     def start(self) -> TokenRenewer:
         self.secrets.start()
@@ -204,9 +205,4 @@ class TokenRenewer:
         self._reported[key] = version
         message = f"binder kubeconfig Secret {'/'.join(key)} cannot be renewed: {error.message}"
         log.warning(message, extra={"secret": "/".join(key), "fix": error.fix})
-        try:
-            self.admin.create(
-                EVENTS, warning_event(SECRETS, secret, INVALID_REASON, f"{message}; {error.fix}")
-            )
-        except KubeError as failure:
-            log.warning("could not record event", extra={"error": str(failure)})
+        self.events.record(SECRETS, secret, WARNING, INVALID_REASON, f"{message}; {error.fix}")

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from klutch_gitops.failpoints import failpoint
 from klutch_gitops.kube.client import KubeError, Resource
+from klutch_gitops.kube.events import NORMAL
 from klutch_gitops.manifests import Claim, Rejection
-from reconciler.sync import objects
+from reconciler.sync import events, objects
 from reconciler.sync.view import View, claim_resource
 
 APPLY_CONCURRENCY = 8  # writes in flight per pass; the client's connection pool holds 10
@@ -85,12 +86,12 @@ def plan(view: View, claim: Claim, source: Source) -> Write | None:
 
 def write_claim(view: View, write: Write, external: bool) -> list[Rejection]:
     claim, resource = write.claim, write.resource
+    ident = claim.identity
+    live = view.app_claim(view.export_of(claim), ident.namespace, ident.name)
     if write.app_body is not None:
         try:
-            apply_app(view, resource, write.app_body, external)
+            live = apply_app(view, resource, write.app_body, external) or live
         except KubeError as error:
-            ident = claim.identity
-            live = view.app_claim(view.export_of(claim), ident.namespace, ident.name)
             if live is not None:
                 view.event(resource, live, "ApplyFailed", error.message)
             return [refusal(claim, error, "App Cluster")]
@@ -100,16 +101,25 @@ def write_claim(view: View, write: Write, external: bool) -> list[Rejection]:
         except KubeError as error:
             return [refusal(claim, error, "Control Plane")]
         failpoint("controlplane.after-apply")
+        if live is not None:  # a Normal Event on change only: an unchanged copy is not applied
+            namespace = write.cp_body["metadata"]["namespace"]
+            view.event(
+                resource,
+                live,
+                events.APPLIED,
+                f"applied {claim.location} to the Control Plane (namespace {namespace})",
+                NORMAL,
+            )
     return []
 
 
-def apply_app(view: View, resource: Resource, body: dict, external: bool) -> None:
+def apply_app(view: View, resource: Resource, body: dict, external: bool) -> dict:
     """Server-side apply of an App claim. On a field conflict, once, the fields kubectl set
     are taken over as Flux does (``objects.without_kubectl_managers``) and the apply is
     repeated: a claim made with kubectl moves into Git. Another tool's fields stay a conflict.
     """
     try:
-        view.apply_app(resource, body)
+        return view.apply_app(resource, body)
     except KubeError as error:
         if not error.conflict or external:
             raise
@@ -125,7 +135,7 @@ def apply_app(view: View, resource: Resource, body: dict, external: bool) -> Non
             meta["name"],
             {"metadata": {"managedFields": kept, "resourceVersion": version}},
         )
-        view.apply_app(resource, body)
+        return view.apply_app(resource, body)
 
 
 def refusal(claim: Claim, error: KubeError, where: str) -> Rejection:
@@ -134,4 +144,5 @@ def refusal(claim: Claim, error: KubeError, where: str) -> Rejection:
         document=claim.location.document,
         message=f"{where} refused {claim.identity}: {error.message}",
         fix=REFUSAL_FIXES.get(error.status, "see the message; the next sync retries"),
+        identity=claim.identity,
     )

@@ -14,7 +14,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from klutch_gitops.kube.events import timestamp
 from klutch_gitops.manifests import Claim, Identity
+from reconciler.sync import events
 
 PREFIX = "gitops.klutch.anynines.com"
 REPOSITORY_LABEL = f"{PREFIX}/repository"
@@ -80,7 +82,12 @@ def app_object(
 
 def control_plane_object(claim: Claim, namespace: str) -> dict[str, Any]:
     """The Control Plane copy in the mapped namespace: spec and the person's own metadata."""
-    body = copy.deepcopy(dict(claim.body))
+    return control_plane_body(claim.body, namespace)
+
+
+def control_plane_body(document: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """``control_plane_object`` of a document (Git's, or a live App object's mirrored body)."""
+    body = copy.deepcopy(dict(document))
     meta = body.get("metadata") or {}
     body["metadata"] = {
         "name": meta["name"],
@@ -176,18 +183,28 @@ def _subset(want: Any, have: Any) -> bool:
 
 
 def status_object(
-    live_app: Mapping[str, Any], upstream: Mapping[str, Any], in_sync: bool = True
+    live_app: Mapping[str, Any],
+    upstream: Mapping[str, Any],
+    in_sync: bool = True,
+    refused: str | None = None,
 ) -> dict | None:
     """The status-subresource apply that copies the Control Plane's ``.status``; None if equal.
 
     ``in_sync``: the Control Plane copy has the App copy's spec. Its ``observedGeneration``
     values are translated into the App copy's generations (see ``app_generations``).
+    ``refused``: why the pass refused the claim's change; the status then says ``Synced`` False
+    (reconciler/sync/events.py). Our own error is cleared even where the copy has no status.
     """
     status = upstream.get("status")
+    live_status = live_app.get("status")
     if status is None:
-        return None
+        if refused is None and events.synced_error((live_status or {}).get("conditions")) is None:
+            return None
+        status = {}
     status = app_generations(status, upstream, live_app, in_sync)
-    if live_app.get("status") == status:
+    if refused is not None:
+        status = events.with_refusal(status, refused, live_status, timestamp())
+    if live_status == status:
         return None
     meta = live_app["metadata"]
     return {

@@ -3,11 +3,11 @@ the statuses Git gets."""
 
 from __future__ import annotations
 
-from klutch_gitops.kube.client import SECRETS
-from klutch_gitops.manifests import Claim, Rejection
-from reconciler.sync import objects
+from klutch_gitops.kube.client import SECRETS, Resource
+from klutch_gitops.manifests import Claim, Identity, Rejection
+from reconciler.sync import events, objects
 from reconciler.sync.desired import DesiredState
-from reconciler.sync.view import View, claim_resource
+from reconciler.sync.view import View, claim_resource, resource_of
 from reconciler.sync.writeback import ObservedStatus
 
 
@@ -38,6 +38,7 @@ def observe(
         )
         for claim in desired.claims
     )
+    told = events.refusals_by_claim(refusals)
     for claim in mirrored:
         export = view.export_of(claim)
         live = view.app_claim(export, claim.identity.namespace, claim.identity.name)
@@ -46,12 +47,52 @@ def observe(
             continue
         target = view.mapping[claim.identity.namespace]
         in_sync = not objects.needs_apply(objects.control_plane_object(claim, target), copy)
-        patch = objects.status_object(live, copy, in_sync)
-        if patch is not None:
-            view.apply_app(claim_resource(export, claim), patch, force=True, status=True)
+        mirror_status(view, claim_resource(export, claim), live, copy, in_sync, told)
         copy_secrets(view, claim, live, target, repository)
+    for identity in told.keys() - {c.identity for c in mirrored}:
+        tell_refused(view, identity, told, repository)
     drop_orphan_secrets(view, mirrored)
     return statuses
+
+
+def mirror_status(
+    view: View,
+    resource: Resource,
+    live: dict,
+    copy: dict,
+    in_sync: bool,
+    told: dict[Identity, str],
+) -> None:
+    """Copy the Control Plane's status to the live App claim, with ``Synced`` False while the
+    pass refused its change; a Warning Event when the claim starts telling (or tells anew)."""
+    refused = told.get(Identity.of(live))
+    patch = objects.status_object(live, copy, in_sync, refused)
+    if patch is None:
+        return
+    view.apply_app(resource, patch, force=True, status=True)
+    if refused is not None:
+        view.event(resource, live, events.RECONCILE_ERROR, refused)
+
+
+def tell_refused(view: View, identity: Identity, told: dict[Identity, str], repo: str) -> None:
+    """A claim whose document was refused keeps its old spec live: its status says why.
+
+    Only a live claim of this repository with a Control Plane copy: one that never got there
+    has nothing to tell on (the refusal is in the RepositoryBinding and in Git)."""
+    export = view.exports.get((identity.group, identity.kind))
+    target = view.mapping.get(identity.namespace)
+    if export is None or target is None:
+        return
+    live = view.app_claim(export, identity.namespace, identity.name)
+    if live is None or objects.repository_of(live) != repo:
+        return
+    copy = view.cp_claim(export, target, identity.name)
+    if copy is None:
+        return
+    body = objects.control_plane_body(objects.mirrored_body(live), target)
+    in_sync = not objects.needs_apply(body, copy)
+    resource = resource_of(export, str(live.get("apiVersion", "")).rpartition("/")[2] or None)
+    mirror_status(view, resource, live, copy, in_sync, told)
 
 
 def copy_secrets(view: View, claim: Claim, live: dict, target: str, repository: str) -> None:

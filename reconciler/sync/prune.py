@@ -1,7 +1,8 @@
 """Stages: delete what left Git, and release an App claim only when its Control Plane copy is gone.
 
 A deletion-protected object is never deleted here and its deletion never finishes: it is reported
-(a Rejection each pass, a Warning Event once) until the annotation is removed from the live object.
+(a Rejection each pass, one Warning Event that the recorder counts up at most every five minutes,
+klutch_gitops/kube/events.py) until the annotation is removed from the live object.
 A kind that Klutch's konnector serves for another consumer namespace is not touched at all.
 """
 
@@ -10,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from klutch_gitops.kube.client import KubeError, Resource
+from klutch_gitops.kube.events import NORMAL
 from klutch_gitops.manifests import Identity, Rejection
-from reconciler.sync import objects
+from reconciler.sync import events, objects
 from reconciler.sync.desired import DesiredState
 from reconciler.sync.view import View, resource_of
 
@@ -117,6 +119,8 @@ def _release(view: View, resource: Resource, live: dict, target: str | None) -> 
     except KubeError as error:
         if not error.not_found:
             raise
+        return
+    view.event(resource, live, events.DELETED, "the Control Plane copy is deleted", NORMAL)
 
 
 def deletion_held(live: dict, path: str) -> Rejection:

@@ -8,21 +8,18 @@ the informers that keep a pass cheap (cluster state from caches, only difference
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from klutch_gitops.apis import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES
 from klutch_gitops.bind.client import SERVICE_BINDINGS
-from klutch_gitops.kube.client import CRDS, EVENTS, SECRETS, KubeError, Resource
+from klutch_gitops.kube.client import CRDS, SECRETS, KubeError, Resource
+from klutch_gitops.kube.events import WARNING, EventRecorder
 from klutch_gitops.kube.informer import Informer
 from klutch_gitops.manifests import Claim, Export
 from reconciler.sync import objects
 from reconciler.sync.binding import Binding
-from reconciler.sync.events import warning_event
-
-log = logging.getLogger(__name__)
 
 SERVICE_BINDINGS_CRD = f"{SERVICE_BINDINGS.plural}.{SERVICE_BINDINGS.group}"
 
@@ -58,12 +55,14 @@ class View(Protocol):
     def get_app(self, resource: Resource, namespace: str, name: str) -> dict | None: ...
     def apply_app(
         self, resource: Resource, body: dict, *, force: bool = False, status: bool = False
-    ) -> None: ...
+    ) -> dict: ...
     def patch_app(self, resource: Resource, namespace: str, name: str, patch: dict) -> None: ...
     def delete_app(self, resource: Resource, namespace: str, name: str) -> None: ...
     def secret_copies(self) -> list[dict]: ...
     def secret_copy(self, namespace: str, name: str) -> dict | None: ...
-    def event(self, resource: Resource, obj: Mapping[str, Any], reason: str, msg: str) -> None: ...
+    def event(
+        self, resource: Resource, obj: Mapping[str, Any], reason: str, msg: str, type_: str = ...
+    ) -> None: ...
 
     # -- Control Plane
     def namespace_mapping(self, namespace: str) -> dict | None: ...
@@ -105,6 +104,7 @@ class ClusterView:
         ).start()
         self.service_bindings: Informer | None = None  # a trigger: APIServiceBinding changes
         self._service_bindings_forbidden = False
+        self.recorder = EventRecorder(self.app)
 
     # -- triggers ---------------------------------------------------------------------------
 
@@ -217,8 +217,8 @@ class ClusterView:
 
     def apply_app(
         self, resource: Resource, body: dict, *, force: bool = False, status: bool = False
-    ) -> None:
-        self.app.apply(resource, body, force=force, subresource="status" if status else None)
+    ) -> dict:
+        return self.app.apply(resource, body, force=force, subresource="status" if status else None)
 
     def patch_app(self, resource: Resource, namespace: str, name: str, patch: dict) -> None:
         self.app.patch(resource, namespace, name, patch)
@@ -232,12 +232,16 @@ class ClusterView:
     def secret_copy(self, namespace: str, name: str) -> dict | None:
         return self.app_secret_cache.get(namespace, name)
 
-    def event(self, resource: Resource, obj: Mapping[str, Any], reason: str, msg: str) -> None:
-        """A Warning Event on the App claim, where `kubectl describe` shows it."""
-        try:
-            self.app.create(EVENTS, warning_event(resource, obj, reason, msg))
-        except KubeError as error:
-            log.warning("could not record event", extra={"error": str(error)})
+    def event(
+        self,
+        resource: Resource,
+        obj: Mapping[str, Any],
+        reason: str,
+        msg: str,
+        type_: str = WARNING,
+    ) -> None:
+        """An Event on the App claim, where `kubectl describe` shows it; repeats aggregate."""
+        self.recorder.record(resource, obj, type_, reason, msg)
 
     # -- Control Plane ----------------------------------------------------------------------
 
@@ -280,7 +284,8 @@ class ClusterView:
                     ).start()
 
     def cp_claim(self, export: Export, target: str, name: str) -> dict | None:
-        return self.cp_claim_caches[(export.name, target)].get(target, name)
+        cache = self.cp_claim_caches.get((export.name, target))
+        return cache.get(target, name) if cache else None
 
     def get_cp(self, resource: Resource, namespace: str, name: str) -> dict | None:
         return self.cp.get(resource, namespace, name)

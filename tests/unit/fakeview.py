@@ -36,7 +36,8 @@ class FakeView:
         self.synced_secrets: set[str] = set()  # Control Plane namespaces whose cache is filled
         self.watched: list[str] = []
         self.writes: list[tuple[str, str, str, str, str]] = []
-        self.events: list[tuple[str, str, str]] = []  # (object name, reason, message)
+        self.events: list[tuple[str, str, str]] = []  # Warnings: (object name, reason, message)
+        self.normal_events: list[tuple[str, str, str]] = []  # Normal ones, the same
         self.refuse: dict[tuple[str, str, str], KubeError] = {}  # (verb, cluster, name) -> error
 
     # -- helpers for tests
@@ -54,13 +55,15 @@ class FakeView:
             raise error
         self.writes.append((verb, cluster, kind, namespace, name))
 
-    def _apply(self, store: dict[Key, dict], cluster: str, body: dict, verb: str = "apply") -> None:
+    def _apply(self, store: dict[Key, dict], cluster: str, body: dict, verb: str = "apply") -> dict:
         key = key_of(body)
         self._write(verb, cluster, *key)
         merged = copy.deepcopy(store.get(key) or {})
         for field, value in body.items():
             merged[field] = {**merged.get(field, {}), **value} if field == "metadata" else value
+        merged["metadata"].setdefault("uid", f"uid-{key[2]}")
         store[key] = merged
+        return copy.deepcopy(merged)
 
     # -- the View
     def export_of(self, claim: Claim) -> Export:
@@ -96,8 +99,8 @@ class FakeView:
 
     def apply_app(
         self, resource: Resource, body: dict, *, force: bool = False, status: bool = False
-    ) -> None:
-        self._apply(self.app, "app", body, "apply-status" if status else "apply")
+    ) -> dict:
+        return self._apply(self.app, "app", body, "apply-status" if status else "apply")
 
     def patch_app(self, resource: Resource, namespace: str, name: str, patch: dict) -> None:
         self._write("patch", "app", resource.kind, namespace, name)
@@ -119,8 +122,16 @@ class FakeView:
     def secret_copy(self, namespace: str, name: str) -> dict | None:
         return self.app.get(("Secret", namespace, name))
 
-    def event(self, resource: Resource, obj: Mapping[str, Any], reason: str, msg: str) -> None:
-        self.events.append((obj["metadata"]["name"], reason, msg))
+    def event(
+        self,
+        resource: Resource,
+        obj: Mapping[str, Any],
+        reason: str,
+        msg: str,
+        type_: str = "Warning",
+    ) -> None:
+        told = self.events if type_ == "Warning" else self.normal_events
+        told.append((obj["metadata"]["name"], reason, msg))
 
     def namespace_mapping(self, namespace: str) -> dict | None:
         return self.namespace_mappings.get(namespace)
