@@ -78,7 +78,7 @@ class RepositorySync:
         self.head: str | None = None
         self.fetch_error: str | None = None  # the last fetch failed with this
         self.view = ClusterView(binding, self.external, lambda: self._enqueue(("sync", self.name)))
-        self.schedule = Schedule(mode)
+        self.schedule = Schedule(mode, self.name)
         self._desired: tuple[tuple, DesiredState] | None = None
         self.last_status_commit: str | None = None
         self.last_pass: PassOutcome | None = None  # None until a pass completes
@@ -196,8 +196,8 @@ class RepositorySync:
             self._enqueue_after(("writeback", self.name), self.batch_window)
 
     def write_back(self) -> str | None:
-        """Commit what the last pass observed; nothing when Git already says it."""
-        sha = self.schedule.commit(self.writer, self.spec.path, self.bot)
+        """Commit what the last pass observed when it changed; note its source commit."""
+        sha = self.schedule.commit(self.writer, self.reader, self.spec.path, self.bot)
         if sha:
             self.last_status_commit = sha
             log.info("status committed", extra={"repository": self.name, "commit": sha})

@@ -2,11 +2,20 @@
 
 Git holds spec and clusters hold status; status reaches Git only here, as bot commits on top of
 whatever people pushed. A push is never forced: when someone pushed meanwhile, the changes are
-computed again on their tree and committed on top, so no human commit is lost or rewritten. An idle
-reconciler commits nothing, because only a change of content makes a change.
+computed again on their tree and committed on top, so no human commit is lost or rewritten.
+
+A status commit is made only when a claim's observed status or the refusals (and the counts that
+follow from them) change: a push that changes nothing observable costs no commit on the branch,
+so people's next push is not rejected as non-fast-forward (issue 15). ``.klutch/reconcile.yaml``
+therefore holds no source commit; which commit was reconciled is on the RepositoryBinding status
+(``lastAppliedCommit``) and in a git note on that commit (``reconciler/sync/notes.py``). A
+status commit still names its source commit in the ``Klutch-Source-Commit`` trailer. The report
+keeps one entry per registration (``registrations: {name: ...}``) and each write-back changes
+only its own, so registrations sharing a repository, branch and path keep each other's.
 
 ``Schedule`` decides when a repository's passes need a write-back at all: only when what a pass
-observed changed, and then only the statuses Git does not hold already.
+observed changed or a new source commit is still to be noted, and then only the statuses Git
+does not hold already.
 """
 
 from __future__ import annotations
@@ -31,17 +40,17 @@ from klutch_gitops.config import Bot
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git.checkout import Checkout
 from klutch_gitops.manifests import Identity, Rejection
-from klutch_gitops.yamledit import dump, load_all, set_status
+from klutch_gitops.yamledit import dump, set_status
 from klutch_gitops.yamlsafe import YamlError, load_documents
 from reconciler.sync.desired import DesiredState, Limits
+from reconciler.sync.notes import note_reconciled
+from reconciler.sync.report import HEADER, Summary, render_report
 
 _log = logging.getLogger(__name__)
 
 RECONCILER = "klutch-gitops"
 TRAILER_SOURCE = "Klutch-Source-Commit"
 TRAILER_RECONCILER = "Klutch-Reconciler"
-HEADER = "# Written by klutch-gitops after each reconcile. Edits here are overwritten.\n"
-_TIMESTAMP = "reconciledAt"
 _SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -61,15 +70,6 @@ class ObservedStatus:
 
 
 @dataclass(frozen=True)
-class Summary:
-    """What ``.klutch/reconcile.yaml`` reports about one reconcile of a repository."""
-
-    source_commit: str
-    counts: Mapping[str, int]  # e.g. claims, applied, rejected, deleted
-    rejections: Sequence[Rejection]
-
-
-@dataclass(frozen=True)
 class Report:
     """What the next write-back commits."""
 
@@ -83,18 +83,21 @@ def git_holds(observed: ObservedStatus, in_git: Mapping[str, Any] | None) -> boo
 
 
 class Schedule:
-    """The write-back of one repository: what the next one commits, and whether a pass changed
-    it. Passes run often; a write-back is asked for only when what they observed changed."""
+    """The write-back of one registration: what the next one commits, and whether a pass changed
+    it. Passes run often; a write-back is asked for only when what they observed changed or
+    their source commit is not noted yet."""
 
-    def __init__(self, mode: Mode) -> None:
+    def __init__(self, mode: Mode, registration: str) -> None:
         self.mode = mode
+        self.registration = registration
         self.report: Report | None = None
         self._fingerprint = ""
+        self._written = ""  # the fingerprint of what the last write-back left in Git
+        self._noted = ""  # the source commit last noted as reconciled
         self._source: tuple[str | None, str] = (None, "")
 
     def source(self, head: str | None, reader: Checkout) -> str:
-        """The newest human commit, not the head: the head moves with our own status commits,
-        and naming it in reconcile.yaml would make every status commit cause another."""
+        """The newest human commit, not the head: the head moves with our own status commits."""
         if self._source[0] != head:
             self._source = (head, source_commit(reader) or head or "")
         return self._source[1]
@@ -106,8 +109,8 @@ class Schedule:
         problems: Sequence[Rejection],
         source: str,
     ) -> bool:
-        """Keep what the next write-back commits; True when it differs from what was last
-        scheduled, so that a write-back must be scheduled."""
+        """Keep what the next write-back commits; True when a write-back must be scheduled:
+        what was observed changed, or ``source`` is still to be noted."""
         summary = Summary(
             source_commit=source,
             rejections=(*desired.rejections, *problems),
@@ -117,40 +120,50 @@ class Schedule:
                 "problems": len(problems),
                 "ready": sum(1 for s in statuses if _ready(s.status)),
             },
+            registration=self.registration,
         )
-        fingerprint = _fingerprint(statuses, summary)
         if self.mode is Mode.INLINE:
-            # the files hold a status already: only what differs needs their parsing and editing
+            # the files hold a status already: only what differs needs their parsing and editing,
+            # and a status someone removed from a file changes the fingerprint: it is written again
             in_git = {c.identity: c.git_status for c in desired.claims}
             statuses = tuple(s for s in statuses if not git_holds(s, in_git.get(s.identity)))
+        fingerprint = _fingerprint(statuses, summary)
         self.report = Report(statuses, summary)
-        if fingerprint == self._fingerprint:
-            return False
-        self._fingerprint = fingerprint
-        return True
+        changed, self._fingerprint = fingerprint != self._fingerprint, fingerprint
+        return changed or (bool(source) and source != self._noted)
 
-    def commit(self, writer: Checkout, path: str, bot: Bot) -> str | None:
-        """Commit what the last pass observed; nothing when Git already says it."""
+    def commit(self, writer: Checkout, reader: Checkout, path: str, bot: Bot) -> str | None:
+        """Commit what the last pass observed, when it changed (nothing when Git already says
+        it), then note its source commit as reconciled."""
         if self.report is None:
             return None
         statuses, summary = self.report.statuses, self.report.summary
-        writer.fetch()
-        now = datetime.now(UTC)
-        return write_back(
-            writer,
-            lambda tree: render_changes(tree, path, self.mode, statuses, summary, now),
-            message=f"klutch-gitops: status of {summary.counts['claims']} claim(s) in {path}",
-            source_commit=summary.source_commit,
-            bot=bot,
-        )
+        fingerprint, sha = self._fingerprint, None
+        if fingerprint != self._written:
+            writer.fetch()
+            now = datetime.now(UTC)
+            sha = write_back(
+                writer,
+                lambda tree: render_changes(tree, path, self.mode, statuses, summary, now),
+                message=f"klutch-gitops: status of {summary.counts['claims']} claim(s) in {path}",
+                source_commit=summary.source_commit,
+                bot=bot,
+            )
+            self._written = fingerprint
+        source = summary.source_commit
+        if source and source != self._noted:
+            note_reconciled(reader, source, self.registration, datetime.now(UTC), bot)
+            self._noted = source
+        return sha
 
 
 def _fingerprint(statuses: Sequence[ObservedStatus], summary: Summary) -> str:
+    """What a status commit would report: never the source commit, which every push changes."""
     return hashlib.sha256(
         json.dumps(
             [[str(s.identity), s.status] for s in statuses]
             + [r.as_dict() for r in summary.rejections]
-            + [summary.counts, summary.source_commit],
+            + [summary.counts],
             sort_keys=True,
             default=str,
         ).encode()
@@ -180,7 +193,7 @@ def render_changes(
     else:
         changes = _status_files(tree, base, statuses)
     report = _join(base, ".klutch/reconcile.yaml")
-    changes[report] = _report(_read(tree / report), summary, now)
+    changes[report] = render_report(_read(tree / report), summary, now)
     return {file: content for file, content in changes.items() if _read(tree / file) != content}
 
 
@@ -307,31 +320,6 @@ def _status_files(
         )
         changes[f"{file}.yaml"] = (HEADER + dump(doc)).encode()
     return changes
-
-
-def _report(current: bytes | None, summary: Summary, now: datetime) -> bytes:
-    """The reconcile report, or the current one when only its timestamp would differ."""
-    moment = now if now.tzinfo else now.replace(tzinfo=UTC)
-    report = {
-        "sourceCommit": summary.source_commit,
-        _TIMESTAMP: moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "counts": dict(summary.counts),
-        "rejections": [rejection.as_dict() for rejection in summary.rejections],
-    }
-    if current is not None and _same_but_time(current, report):
-        return current
-    return (HEADER + dump(report)).encode()
-
-
-def _same_but_time(current: bytes, report: Mapping[str, Any]) -> bool:
-    try:
-        docs = load_all(current.decode())
-    except (UnicodeDecodeError, YAMLError):
-        return False
-    if len(docs) != 1 or not isinstance(docs[0], Mapping):
-        return False
-    old, new = ({k: v for k, v in d.items() if k != _TIMESTAMP} for d in (docs[0], report))
-    return old == new
 
 
 def _yaml_files(tree: Path, base: str) -> list[str]:

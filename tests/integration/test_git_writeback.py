@@ -24,6 +24,7 @@ from klutch_gitops.git.checkout import Checkout
 from klutch_gitops.git.credentials import Credentials
 from klutch_gitops.git.remote import ls_remote
 from klutch_gitops.manifests import Identity, Rejection
+from reconciler.sync.notes import NOTES_REF, note_reconciled
 from reconciler.sync.writeback import (
     Mode,
     ObservedStatus,
@@ -114,7 +115,7 @@ def human_push(clone: Path, file: str, text: str) -> str:
 
 
 def summary(source: str, **counts: int) -> Summary:
-    return Summary(source, counts or {"claims": 2, "applied": 2}, [])
+    return Summary(source, counts or {"claims": 2, "applied": 2}, [], "shop")
 
 
 def statuses(status: dict | None = READY) -> list[ObservedStatus]:
@@ -154,8 +155,8 @@ def test_inline_write_back_keeps_the_file_byte_for_byte(
     )
     assert show(remote, "main", "apps/.klutch/reconcile.yaml") == (
         "# Written by klutch-gitops after each reconcile. Edits here are overwritten.\n"
-        f"sourceCommit: {source}\nreconciledAt: '2025-01-02T03:04:05Z'\n"
-        "counts:\n  claims: 2\n  applied: 2\nrejections: []\n"
+        "registrations:\n  shop:\n    reconciledAt: '2025-01-02T03:04:05Z'\n"
+        "    counts:\n      claims: 2\n      applied: 2\n    rejections: []\n"
     )
     assert git(remote, "log", "-1", "--format=%an <%ae>|%P", "main") == (
         f"klutch-gitops[bot] <klutch-gitops@users.noreply.klutch.example>|{source}"
@@ -193,7 +194,7 @@ def test_files_mode_writes_and_prunes_status_files(
     source = git(human, "rev-parse", "HEAD")
     checkout = Checkout.open_or_clone(str(remote), "main", tmp_path / "work")
     rejection = Rejection("apps/bad.yaml", "spec.plan is required", "add spec.plan", 0, "spec.plan")
-    report = Summary(source, {"claims": 3, "rejected": 1}, [rejection])
+    report = Summary(source, {"claims": 3, "rejected": 1}, [rejection], "shop")
 
     def changes(tree: Path) -> dict[str, bytes | None]:
         return render_changes(tree, "./apps/", Mode.FILES, statuses(), report, NOW)
@@ -205,7 +206,7 @@ def test_files_mode_writes_and_prunes_status_files(
         "metadata:\n  name: orders\n  namespace: shop\n"
         "status:\n  phase: Ready\n  conditions:\n  - type: Ready\n    status: 'True'\n"
     )
-    assert "rejections:\n- file: apps/bad.yaml\n  document: 0\n  field: spec.plan\n" in show(
+    assert "rejections:\n    - file: apps/bad.yaml\n      document: 0\n      field: spec.plan\n" in show(
         remote, "main", "apps/.klutch/reconcile.yaml"
     )
     assert show(remote, "main", "apps/claims.yaml") == CLAIMS
@@ -496,3 +497,19 @@ def test_a_silent_server_times_out() -> None:
         with pytest.raises(KlutchError, match="did not complete in 1 secs") as timed_out:
             ls_remote(url, "main", timeout=1)
     assert SECRET not in str(timed_out.value)
+
+
+def test_registrations_note_the_commit_they_reconciled_without_a_commit_on_the_branch(
+    tmp_path: Path, remote: Path, human: Path
+) -> None:
+    source = git(human, "rev-parse", "HEAD")
+    first = Checkout.open_or_clone(str(remote), "main", tmp_path / "first")
+    second = Checkout.open_or_clone(str(remote), "main", tmp_path / "second")
+    note_reconciled(first, source, "shop", NOW, Bot())
+    # another registration of the same repository adds its entry to the note, keeping ours
+    note_reconciled(second, source, "shop-staging", NOW, Bot(), sleep=lambda _: None)
+    note_reconciled(first, source, "shop", NOW, Bot())  # already noted: nothing pushed
+    assert ls_remote(str(remote), "main") == source  # no commit on the branch
+    note = git(remote, "notes", f"--ref={NOTES_REF}", "show", source)
+    assert note == "shop: '2025-01-02T03:04:05Z'\nshop-staging: '2025-01-02T03:04:05Z'"
+    assert git(remote, "log", "-1", "--format=%an", NOTES_REF) == Bot().name

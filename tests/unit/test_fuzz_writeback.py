@@ -34,7 +34,7 @@ from tests.unit.fuzzgen import (
 )
 
 FILE = "claims/file.yaml"
-SUMMARY = Summary("0" * 40, {}, ())
+SUMMARY = Summary("0" * 40, {}, (), "team-a")
 NOW = datetime(2024, 5, 1, tzinfo=UTC)
 
 

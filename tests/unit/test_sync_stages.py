@@ -188,6 +188,7 @@ def test_apply_writes_the_app_copy_and_the_control_plane_copy() -> None:
     assert cp["metadata"]["namespace"] == CP_NS
     assert objects.REPOSITORY_LABEL not in (cp["metadata"].get("labels") or {})
     assert cp["spec"] == {"plan": "nano"}
+    assert [e[:2] for e in view.normal_events] == [("db", "Synced")]  # told: the copy is there
 
 
 def test_apply_writes_nothing_when_both_copies_are_in_sync() -> None:
@@ -196,6 +197,16 @@ def test_apply_writes_nothing_when_both_copies_are_in_sync() -> None:
     view.writes.clear()
     assert apply_claims(view, (claim("db"),), SOURCE) == []
     assert view.writes == []
+    assert len(view.normal_events) == 1  # nothing applied, nothing told
+
+
+def test_a_refused_control_plane_apply_names_its_claim() -> None:
+    view = mapped_view()
+    view.refuse[("apply", "cp", "db")] = KubeError(422, "Invalid", "spec.plan: Unsupported")
+    [problem] = apply_claims(view, (claim("db"),), SOURCE)
+    assert problem.identity == claim("db").identity  # so observe can put it on the claim
+    assert "Control Plane refused" in problem.message
+    assert view.normal_events == []
 
 
 def test_apply_without_a_mapping_writes_only_the_app_copy() -> None:
@@ -289,6 +300,7 @@ def test_finalize_deletes_the_control_plane_copy_before_releasing_the_app_claim(
     assert (held, problems) == (set(), [])
     assert [w[0] for w in view.writes] == ["delete", "patch"]
     assert view.app[(KIND, APP_NS, "db")]["metadata"]["finalizers"] is None
+    assert [e[:2] for e in view.normal_events] == [("db", "Deleted")]  # only once released
 
 
 def test_finalize_holds_a_deletion_protected_claim_with_one_event() -> None:
@@ -377,7 +389,7 @@ def test_observe_drops_a_copied_secret_its_claim_no_longer_names() -> None:
 
 
 def test_write_back_skips_a_status_git_already_holds() -> None:
-    schedule = Schedule(Mode.INLINE)
+    schedule = Schedule(Mode.INLINE, "repo")
     held, fresh = claim("held", status={"phase": "Ready"}), claim("fresh")
     statuses = tuple(
         ObservedStatus(c.identity, c.api_version, {"phase": "Ready"}) for c in (held, fresh)
@@ -389,7 +401,7 @@ def test_write_back_skips_a_status_git_already_holds() -> None:
 
 
 def test_write_back_in_files_mode_writes_every_status() -> None:
-    schedule = Schedule(Mode.FILES)
+    schedule = Schedule(Mode.FILES, "repo")
     held = claim("held", status={"phase": "Ready"})
     statuses = (ObservedStatus(held.identity, held.api_version, {"phase": "Ready"}),)
     schedule.plan(DesiredState((held,), ()), statuses, [], "s1")
@@ -398,7 +410,7 @@ def test_write_back_in_files_mode_writes_every_status() -> None:
 
 
 def test_write_back_is_scheduled_only_when_what_was_observed_changed() -> None:
-    schedule = Schedule(Mode.FILES)
+    schedule = Schedule(Mode.FILES, "repo")
     db = claim("db")
     ready = (
         ObservedStatus(
@@ -406,10 +418,83 @@ def test_write_back_is_scheduled_only_when_what_was_observed_changed() -> None:
         ),
     )
     desired = DesiredState((db,), ())
-    assert schedule.plan(desired, ready, [], "s1") is True
-    assert schedule.plan(desired, ready, [], "s1") is False
+    # no source commit: nothing to note, so only what was observed schedules a write-back
+    assert schedule.plan(desired, ready, [], "") is True
+    assert schedule.plan(desired, ready, [], "") is False
     problem = Rejection("claims/db.yaml", "refused", "fix")
-    assert schedule.plan(desired, ready, [problem], "s1") is True
+    assert schedule.plan(desired, ready, [problem], "") is True
     assert schedule.report is not None
     assert schedule.report.summary.counts["ready"] == 1
     assert schedule.report.summary.rejections == (problem,)
+
+
+# -- claims tell on themselves ------------------------------------------------------------
+
+PROVIDER_STATUS = {
+    "conditions": [{"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}]
+}
+
+
+def synced(view: FakeView, name: str = "db") -> dict | None:
+    status = view.app[(KIND, APP_NS, name)].get("status") or {}
+    return next((c for c in status.get("conditions", []) if c["type"] == "Synced"), None)
+
+
+def live_and_copy(view: FakeView, name: str = "db") -> None:
+    """A claim an earlier pass applied, whose provider reports Synced."""
+    view.put_app({**ours(name), "status": PROVIDER_STATUS})
+    view.put_cp({**objects.control_plane_object(claim(name), CP_NS), "status": PROVIDER_STATUS})
+
+
+def test_a_refused_document_puts_synced_false_and_one_event_on_its_live_claim() -> None:
+    view = mapped_view()
+    live_and_copy(view)
+    refused = Rejection(
+        "claims/db.yaml",
+        "plan 'jumbo' is not offered",
+        "use nano",
+        0,
+        "spec.plan",
+        claim("db").identity,
+    )
+    for _ in range(3):  # passes
+        observe(view, DesiredState((), (refused,)), (), REPO, (refused,))
+    condition = synced(view)
+    assert condition is not None
+    assert (condition["status"], condition["reason"]) == ("False", "ReconcileError")
+    assert "claims/db.yaml (document 1), field spec.plan" in condition["message"]
+    assert "use nano" in condition["message"]
+    assert [e[:2] for e in view.events] == [("db", "ReconcileError")]  # told once, not per pass
+    assert [w[0] for w in view.writes] == ["apply-status"]
+
+
+def test_a_fixed_document_gives_the_claim_its_providers_synced_back() -> None:
+    view = mapped_view()
+    live_and_copy(view)
+    refused = Rejection("claims/db.yaml", "bad", "fix", 0, identity=claim("db").identity)
+    observe(view, DesiredState((), (refused,)), (), REPO, (refused,))
+    observe(view, DesiredState((claim("db"),), ()), (claim("db"),), REPO)
+    assert synced(view) == PROVIDER_STATUS["conditions"][0]
+
+
+def test_a_refused_control_plane_apply_tells_on_the_mirrored_claim() -> None:
+    view = mapped_view()
+    live_and_copy(view)
+    changed = claim("db", plan="large")
+    view.refuse[("apply", "cp", "db")] = KubeError(422, "Invalid", "spec.plan: Unsupported")
+    problems = apply_claims(view, (changed,), SOURCE)
+    observe(view, DesiredState((changed,), ()), (changed,), REPO, tuple(problems))
+    condition = synced(view)
+    assert condition is not None
+    assert condition["status"] == "False"
+    assert "Control Plane refused" in condition["message"]
+
+
+def test_a_refusal_of_another_repositorys_claim_is_not_told() -> None:
+    view = mapped_view()
+    live_and_copy(view)
+    view.app[(KIND, APP_NS, "db")]["metadata"]["labels"][objects.REPOSITORY_LABEL] = "other"
+    refused = Rejection("claims/db.yaml", "bad", "fix", 0, identity=claim("db").identity)
+    observe(view, DesiredState((), (refused,)), (), REPO, (refused,))
+    assert view.writes == []
+    assert view.events == []

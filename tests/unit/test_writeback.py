@@ -13,7 +13,7 @@ from reconciler.sync.desired import Limits, load_desired
 from reconciler.sync.writeback import Mode, ObservedStatus, Summary, render_changes
 from tests.unit.fuzzgen import EXPORTS
 
-SUMMARY = Summary("0" * 40, {}, ())
+SUMMARY = Summary("0" * 40, {}, (), "team-a")
 NOW = datetime(2024, 5, 1, tzinfo=UTC)
 REPORT = ".klutch/reconcile.yaml"
 
