@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from klutch_gitops.apis import SUSPEND_ANNOTATION
 from klutch_gitops.config import Bot, RepositorySpec, SecretRef, WriteBack
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.settings import NAME_PATTERN, FieldReader
@@ -158,6 +159,8 @@ def from_repository_binding(obj: Mapping[str, Any]) -> RepositorySpec:
     namespace = meta.get("namespace", "")
     reader = FieldReader(f"RepositoryBinding {namespace}/{meta.get('name')}", Path("/"))
     entry = _binding_entry(namespace, meta.get("name"), dict(obj.get("spec") or {}))
+    if _suspend_annotated(meta):
+        entry["suspend"] = True  # the annotation suspends like the field
     result = read_repository(reader, entry, "spec")
     if result is not None:
         _check_tenant_repository(reader, result)
@@ -166,6 +169,12 @@ def from_repository_binding(obj: Mapping[str, Any]) -> RepositorySpec:
             f"{reader.origin}: " + "; ".join(reader.problems), "fix the RepositoryBinding's spec"
         )
     return RepositorySpec(**{**result.__dict__, "source": reader.origin})
+
+
+def _suspend_annotated(meta: Mapping[str, Any]) -> bool:
+    """The SUSPEND annotation says "true" (any case); anything else, or none, does not suspend."""
+    value = (meta.get("annotations") or {}).get(SUSPEND_ANNOTATION, "")
+    return str(value).strip().lower() == "true"
 
 
 def _binding_entry(namespace: str, name: Any, spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -131,6 +131,7 @@ class Reconciler:
                     self.dispatch.on_push,
                     self.dispatch.on_pull_request,
                     self._metrics_token(),
+                    self.registrations.reporter.registrations,
                 ),
                 self.config.listen,
             )
@@ -221,7 +222,8 @@ class Reconciler:
         self.reconciling = False
 
     def waiting(self) -> list[str]:
-        """What keeps the reconciler from being ready (empty when ready)."""
+        """What keeps the reconciler from serving (empty when it can): a standby, or the
+        RepositoryBindings not listed yet; tenants' health is in their conditions instead."""
         if self.shards is None and self.elector is not None and not self.elector.leading.is_set():
             return [STANDBY]
         return self.registrations.waiting()

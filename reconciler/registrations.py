@@ -3,14 +3,16 @@
 Registrations come from the config file, the platform repository (under ``PLATFORM``) and
 RepositoryBindings watched on the Control Plane; a RepositoryBinding whose spec is refused is
 reported, not followed. Each registration's sources are polled (or watched, for a ``file://``
-remote), a changed binder Secret restarts the registrations that resolved it, and after every
-pass a RepositoryBinding's status says what the pass did (``reconciler/status.py``).
+remote), a changed binder Secret restarts the registrations that resolved it, a new reconcile
+request (``steering.py``) fetches and passes at once, and after every pass, write-back and
+registration the registration's status says what happened (``reporting.py``, ``status.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,7 +27,9 @@ from klutch_gitops.kube.workqueue import WorkQueue
 from klutch_gitops.repository_config import from_repository_binding
 from reconciler import metrics
 from reconciler.controllers.tokens import KEY as KUBECONFIG_KEY
-from reconciler.status import Report, StatusWriter, binding_status, invalid_spec_status
+from reconciler.reporting import Reporter, log_pass
+from reconciler.status import StatusWriter, invalid_spec_status
+from reconciler.steering import requested_at
 from reconciler.sync.binding import Resolver
 from reconciler.sync.platform import PlatformSync
 from reconciler.sync.repository import Key, RepositorySync
@@ -38,15 +42,6 @@ log = logging.getLogger(__name__)
 PLATFORM = ":platform"
 PLATFORM_DIR = ".platform"
 WATCHED_POLL_ROUNDS = 10  # a file:// remote is watched: poll it every tenth round only
-BINDING_SOURCE = "RepositoryBinding "
-
-
-def binding_name(spec: RepositorySpec) -> tuple[str, str] | None:
-    """(namespace, name) of the RepositoryBinding a registration comes from, if it does."""
-    if not spec.source.startswith(BINDING_SOURCE):
-        return None
-    namespace, _, name = spec.source.removeprefix(BINDING_SOURCE).partition("/")
-    return namespace, name
 
 
 def registration_name(meta: dict) -> str:
@@ -76,7 +71,7 @@ class Registrations:
         self.generations: dict[str, int] = {}  # registration -> its RepositoryBinding's, newest
         self.followed: dict[str, int | None] = {}  # registration -> the generation its sync runs
         self.binder_kubeconfigs: dict[tuple[str, str], str | None] = {}  # as last seen
-        self.konnector_warnings: dict[str, str] = {}  # registration -> conflict last evented
+        self.requested: dict[str, str | None] = {}  # registration -> its newest reconcile request
         self.locks: dict[str, threading.Lock] = {}
         self.platform: PlatformSync | None = None
         self.platform_webhook_secrets: tuple[bytes, ...] = ()
@@ -96,6 +91,7 @@ class Registrations:
             name="binder-secrets",
         )
         self.status = StatusWriter(admin, self.bindings.get)
+        self.reporter = Reporter(self.status)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -136,21 +132,12 @@ class Registrations:
         self.queue.add(("platform", PLATFORM))
 
     def waiting(self) -> list[str]:
-        """What keeps the registrations this replica works on from being ready."""
-        waiting = [
-            f"repository {name}: {error}"
-            for name, error in list(self.errors.items())
-            if self.owned(name)
-        ]
-        for name, spec in list(self.specs.items()):
-            sync = self.syncs.get(name)
-            if not self.owned(name) or name in self.errors or spec.suspend:
-                continue
-            if sync is None or sync.head is None:
-                waiting.append(f"repository {name}: not synced yet")
+        """What keeps this replica from serving: only its own state, never a tenant's health
+        (a broken Secret or an unreachable remote is in that registration's conditions and
+        metrics), so one tenant cannot take the webhooks of all the others out of the Service."""
         if not self.bindings.synced.is_set():
-            waiting.append("RepositoryBindings not listed yet")
-        return waiting
+            return ["RepositoryBindings not listed yet"]
+        return []
 
     # -- work -------------------------------------------------------------------------------
 
@@ -172,22 +159,58 @@ class Registrations:
             elif kind == "register":
                 self.register(name)
             elif kind == "sync" and name in self.syncs:
-                with metrics.RECONCILE_SECONDS.labels(name).time():
-                    self.syncs[name].sync()
-                self.synced(name, None)
+                self.sync(name)
             elif kind == "writeback" and name in self.syncs:
-                with metrics.WRITE_BACK_SECONDS.labels(name).time():
-                    if self.syncs[name].write_back():
-                        metrics.COMMITS.labels(name).inc()
-                        self.report(name, self.errors.get(name))  # lastStatusCommit
+                self.write_back(name)
         except (KlutchError, KubeError) as error:
             metrics.ERRORS.labels(name, type(error).__name__).inc()
-            self.synced(name, str(error))
+            self.failed(kind, name, str(error))
             raise
         except Exception as error:
             metrics.ERRORS.labels(name, "internal").inc()
-            self.synced(name, repr(error))
+            self.failed(kind, name, repr(error))
             raise
+
+    def failed(self, kind: str, name: str, error: str) -> None:
+        """A failed write-back is its condition's (WrittenBack); any other failure the pass's."""
+        if kind == "writeback":
+            log.warning("write-back failed", extra={"repository": name, "error": error})
+            self.reporter.write_back_errors[name] = error
+            self.reporter.write_back_pending.add(name)  # the queue retries it
+            self.report(name, self.errors.get(name))
+        else:
+            self.synced(name, error)
+
+    def sync(self, name: str) -> None:
+        """One pass, answering the newest reconcile request, and its summary line."""
+        sync, asked, started = self.syncs[name], self.requested.get(name), time.monotonic()
+        try:
+            with metrics.RECONCILE_SECONDS.labels(name).time():
+                sync.sync()
+        except Exception as error:
+            log_pass(name, sync, time.monotonic() - started, str(error))
+            raise
+        log_pass(name, sync, time.monotonic() - started, None)
+        if asked is not None:
+            self.reporter.handled[name] = asked
+        metrics.pass_succeeded(name)
+        self.synced(name, None)
+
+    def write_back(self, name: str) -> None:
+        """A status commit; its failure is the WrittenBack condition's, retried by the queue."""
+        reporter = self.reporter
+        reporter.write_back_pending.discard(name)
+        with metrics.WRITE_BACK_SECONDS.labels(name).time():
+            if self.syncs[name].write_back():
+                metrics.COMMITS.labels(name).inc()
+        reporter.write_back_errors.pop(name, None)
+        self.report(name, self.errors.get(name))  # lastStatusCommit, WrittenBack
+
+    def _enqueue_after(self, key: Key, delay: float) -> None:
+        """The sync's delayed work; a write-back due is reported as pending."""
+        if key[0] == "writeback":
+            self.reporter.write_back_pending.add(key[1])
+        self.queue.add_after(key, delay)
 
     def register(self, name: str) -> None:
         """(Re)start a registration's sync from its spec, or stop it when it went away."""
@@ -195,10 +218,14 @@ class Registrations:
         old = self.syncs.pop(name, None)
         if old is not None:
             old.stop()
-        self.konnector_warnings.pop(name, None)  # a new start tells a standing conflict again
+        self.reporter.konnector_warnings.pop(name, None)  # a new start tells a conflict again
         if spec is None or spec.suspend or not self.owned(name):
             self.unwatch(name)
             self.errors.pop(name, None)
+            if spec is None:
+                self.reporter.forget(name)
+            elif spec.suspend and self.owned(name):
+                self.report(name, None)  # Suspended, and how to resume
             return
         self.followed[name] = self.generations.get(name)
         try:
@@ -213,7 +240,7 @@ class Registrations:
             self.config.bot,
             self.config.batch_window,
             self.queue.add,
-            self.queue.add_after,
+            self._enqueue_after,
         )
         self.watch_source(name, spec.url, spec.branch)
         self.queue.add(("sync", name))
@@ -238,38 +265,18 @@ class Registrations:
     # -- RepositoryBinding status -----------------------------------------------------------
 
     def report(self, name: str, error: str | None) -> None:
-        """Tell a RepositoryBinding what its last pass did; nothing when that is not new."""
+        """Tell a registration's status what its last pass did; nothing new, nothing written."""
         spec = self.specs.get(name)
-        where = binding_name(spec) if spec is not None else None
-        if spec is None or where is None:
+        if spec is None:
             return
-        sync = self.syncs.get(name)
-        report = Report(
+        self.reporter.report(
+            spec,
+            self.syncs.get(name),
             generation=self.followed.get(name, self.generations.get(name)),
             latest_generation=self.generations.get(name),
-            registered=sync is not None,
             error=error,
             reference_error=self.reference_errors.get(name),
-            head=sync.head if sync else None,
-            last_pass=sync.last_pass if sync else None,
-            pending=sync.pending if sync else True,
-            last_status_commit=sync.last_status_commit if sync else None,
-            conflicts=self._konnector_conflicts(spec, sync) if sync else "",
         )
-        self.status.write(*where, lambda old: binding_status(report, old, conditions.now()))
-
-    def _konnector_conflicts(self, spec: RepositorySpec, sync: RepositorySync) -> str:
-        """Foreign konnectors (``reconciler/sync/konnector.py``), with a Warning Event on the
-        RepositoryBinding when a conflict starts or changes."""
-        conflicts = sync.conflicts
-        message = "; ".join(f"{v.message}. Fix: {v.fix}" for _, v in sorted(conflicts.items()))
-        where = binding_name(spec)
-        if not conflicts:
-            self.konnector_warnings.pop(spec.name, None)
-        elif self.konnector_warnings.get(spec.name) != message and where is not None:
-            self.konnector_warnings[spec.name] = message
-            self.status.event(*where, "ForeignKonnector", message)
-        return message
 
     def report_refused(self, obj: dict, error: KlutchError) -> None:
         """A RepositoryBinding the reconciler will not follow (say, a file:// one stored before
@@ -292,6 +299,7 @@ class Registrations:
             self.specs.pop(name, None)
             self.generations.pop(name, None)
             self.followed.pop(name, None)
+            self.requested.pop(name, None)
             self.status.forget(meta["namespace"], meta["name"])
             self.queue.add(("register", name))
             return
@@ -304,7 +312,10 @@ class Registrations:
             if self.specs.pop(name, None) is not None:
                 self.queue.add(("register", name))  # stop what its former spec started
             return
+        asked, self.requested[name] = self.requested.get(name), requested_at(obj)
         if self.specs.get(name) == spec and name in self.syncs:
+            if asked != self.requested[name] and self.requested[name] is not None:
+                self.syncs[name].trigger_fetch()  # reconcile now: fetch and pass
             if generation is not None and generation != self.followed.get(name):
                 self.generations[name] = self.followed[name] = generation  # the same spec
                 self.queue.add(("sync", name))  # a pass reports the generation observed

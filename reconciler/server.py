@@ -3,13 +3,15 @@
 The port takes webhooks from the internet, so what it tells strangers carries no tenant names:
 ``/readyz`` answers ready or not and how many things it waits for, ``/metrics`` hashes registration
 and Secret names (``metrics.py``). A request that presents the reconciler's ``metricsToken`` as
-``Authorization: Bearer TOKEN`` gets the reasons and the names.
+``Authorization: Bearer TOKEN`` gets the reasons and the names; ``/registrations`` (every
+registration's status, in the RepositoryBinding's shape) answers only such a request.
 """
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request, Response
@@ -44,9 +46,11 @@ def create_app(
     on_push: Callable[[PushEvent], int],
     on_pull_request: Callable[[PullRequestEvent], int],
     metrics_token: bytes | None = None,
+    registrations: Callable[[], list[dict[str, Any]]] = list,
 ) -> FastAPI:
     """``ready`` returns what is not ready yet; empty means ready. ``metrics_token`` unlocks the
-    names in ``/readyz`` and ``/metrics``; without it they are never shown."""
+    names in ``/readyz`` and ``/metrics``, and ``/registrations``; without it they are never
+    shown."""
     app = FastAPI(title="klutch-gitops reconciler", docs_url=None, redoc_url=None)
 
     @app.exception_handler(Unauthorized)
@@ -78,6 +82,16 @@ def create_app(
     def metrics(request: Request) -> Response:
         names = authorized(request.headers.get("authorization"), metrics_token)
         return Response(exposition(names), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/registrations")
+    def registration_statuses(request: Request) -> JSONResponse:
+        if not authorized(request.headers.get("authorization"), metrics_token):
+            return JSONResponse(  # tenant names: for the metrics token only
+                {"error": "send 'Authorization: Bearer <metricsToken>' for /registrations"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return JSONResponse({"registrations": registrations()})
 
     app.include_router(webhook_router(candidates, on_push, on_pull_request))
     return app

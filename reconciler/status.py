@@ -3,13 +3,18 @@
 Conditions, each with the ``observedGeneration`` it describes:
 
 - ``Ready``: True (``Synced``) when the last pass applied the branch's head with nothing refused;
-  False with the reason of what stops it (``SecretInvalid``, ``SyncFailed``, ``DocumentsRefused``,
-  ``ForeignKonnector``, ``InvalidSpec``); Unknown (``Progressing``) while it reconciles.
+  False with the reason of what stops it (``SecretInvalid``, ``FetchFailed``, ``SyncFailed``,
+  ``ApplyFailed``, ``WriteBackFailed``, ``DocumentsRefused``, ``ForeignKonnector``,
+  ``InvalidSpec``); Unknown while it reconciles (``Progressing``) or is suspended (``Suspended``).
 - ``Reconciling``: True while work is under way: registering, the first fetch or pass, a new
-  generation not yet passed, the namespace mapping pending, or a retry after a failed pass.
+  generation not yet passed, the namespace mapping pending, or a retry after a failure (a failed
+  fetch, pass, write-back, or a stage's problem: those heal without a person).
 - ``Stalled``: True when only a person's change lets it progress: an invalid Secret reference,
-  refused documents, a foreign konnector, an invalid spec.
+  documents the loader refused, a foreign konnector, an invalid spec.
+- ``Fetched``, ``Applied``, ``WrittenBack``: each step of the last pass, False with its error.
 - ``SecretValid`` and ``KonnectorConflict``, as before.
+
+A suspended registration keeps what its last pass reported and says how to resume.
 
 The status is built by pure functions and written only when it says something new: the times
 of conditions whose status stayed are kept, and a pass that found nothing new writes nothing.
@@ -26,6 +31,7 @@ from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.kube import conditions
 from klutch_gitops.kube.client import EVENTS, Kube, KubeError
 from klutch_gitops.kube.conditions import condition
+from klutch_gitops.manifests import Rejection
 from reconciler.sync.events import warning_event
 from reconciler.sync.outcome import PassOutcome
 
@@ -49,6 +55,38 @@ class Report:
     pending: bool = True  # the namespace mapping is not done
     last_status_commit: str | None = None
     conflicts: str = ""  # foreign konnectors, "" when none
+    fetch_error: str | None = None  # the last fetch failed with this
+    write_back_error: str | None = None  # the last write-back failed with this
+    write_back_pending: bool = False  # a write-back is queued
+    suspended: bool = False
+    resume_hint: str = ""  # how a person resumes a suspended registration
+    handled_reconcile_at: str | None = None  # the reconcile request the last pass answered
+
+
+# What a suspended registration's status keeps from before: its last pass's figures.
+KEPT_WHILE_SUSPENDED = (
+    "lastFetchedCommit",
+    "lastAppliedCommit",
+    "claims",
+    "rejected",
+    "refusals",
+    "lastStatusCommit",
+    "lastHandledReconcileAt",
+)
+
+
+def loader_refusals(outcome: PassOutcome) -> list[Rejection]:
+    """The documents the loader refused: a person's fix in Git is needed (the stages' problems
+    are retried instead)."""
+    return [r for r in outcome.refusals if r not in outcome.stage_problems]
+
+
+def describe(refusal: Rejection) -> str:
+    """A refusal on one line: file, document, field, message and fix."""
+    where = refusal.file if refusal.document is None else f"{refusal.file}#{refusal.document}"
+    if refusal.field:
+        where += f" {refusal.field}"
+    return f"{where}: {refusal.message}. Fix: {refusal.fix}"
 
 
 def stalled(report: Report) -> tuple[str, str] | None:
@@ -58,18 +96,39 @@ def stalled(report: Report) -> tuple[str, str] | None:
     if report.conflicts:
         return "ForeignKonnector", report.conflicts
     outcome = report.last_pass
-    if outcome is not None and outcome.refused:
-        first = outcome.refusals[0]
+    refused = loader_refusals(outcome) if outcome is not None else []
+    if refused:
+        count = len({(r.file, r.document) for r in refused})
         return "DocumentsRefused", (
-            f"{outcome.refused} document(s) refused, reasons in the write-back; the first: "
-            f"{first.file}: {first.message}. Fix: {first.fix}"
+            f"{count} document(s) refused, reasons in the write-back; the first: "
+            + describe(refused[0])
         )
+    return None
+
+
+def stage_message(outcome: PassOutcome) -> str:
+    """The first problems the stages found, retried on the next pass."""
+    shown = "; ".join(describe(p) for p in outcome.stage_problems[:3])
+    return f"{len(outcome.stage_problems)} problem(s) applying {outcome.commit[:12]}: {shown}"
+
+
+def failed(report: Report) -> tuple[str, str] | None:
+    """(reason, message) of a failure that is retried: fetch, pass, stages, write-back."""
+    if report.fetch_error:
+        return "FetchFailed", report.fetch_error
+    if report.error and not report.reference_error:
+        return "SyncFailed", report.error
+    outcome = report.last_pass
+    if outcome is not None and outcome.stage_problems:
+        return "ApplyFailed", stage_message(outcome)
+    if report.write_back_error:
+        return "WriteBackFailed", report.write_back_error
     return None
 
 
 def reconciling(report: Report) -> tuple[str, str] | None:
     """(reason, message) while work on the repository is under way."""
-    if report.error:
+    if report.error or failed(report):
         return "Retrying", "the last attempt failed and is retried"
     if not report.registered:
         return "Registering", "the registration starts"
@@ -85,11 +144,14 @@ def reconciling(report: Report) -> tuple[str, str] | None:
 
 
 def ready(report: Report, blocked: tuple[str, str] | None, busy: tuple[str, str] | None) -> dict:
-    """Ready: a failed pass first (its error is the news), then what blocks, then work under way."""
-    if report.error and not report.reference_error:
-        return condition("Ready", False, "SyncFailed", report.error)
+    """Ready: a failure first (its error is the news), then what blocks, then work under way."""
+    failure = failed(report)
+    if failure is not None and failure[0] in ("FetchFailed", "SyncFailed"):
+        return condition("Ready", False, *failure)
     if blocked is not None:
         return condition("Ready", False, *blocked)
+    if failure is not None:
+        return condition("Ready", False, *failure)
     if busy is not None:
         return condition("Ready", None, "Progressing", busy[1])
     outcome = report.last_pass
@@ -101,6 +163,8 @@ def ready(report: Report, blocked: tuple[str, str] | None, busy: tuple[str, str]
 
 def binding_conditions(report: Report) -> list[dict[str, Any]]:
     """The conditions, without times."""
+    if report.suspended:
+        return suspended_conditions(report)
     blocked = stalled(report)
     busy = None if blocked else reconciling(report)
     found = [
@@ -114,10 +178,52 @@ def binding_conditions(report: Report) -> list[dict[str, Any]]:
             report.reference_error or "every referenced Secret is usable",
         ),
     ]
+    if report.registered:
+        found += step_conditions(report)
     found = [{**c, "message": c["message"][:MESSAGE_LIMIT]} for c in found]
     if report.registered:
         found.append(konnector_conflict(report.conflicts))
     return found
+
+
+def suspended_conditions(report: Report) -> list[dict[str, Any]]:
+    """Nothing is fetched, applied or written back: neither progressing nor stalled."""
+    message = f"suspended: nothing is fetched, applied or written back; {report.resume_hint}"
+    return [
+        condition("Ready", None, "Suspended", message),
+        condition("Reconciling", False, "Suspended", message),
+        condition("Stalled", False, "NotStalled", "nothing blocks"),
+    ]
+
+
+def step_conditions(report: Report) -> list[dict[str, Any]]:
+    """Fetched, Applied and WrittenBack: what each step of the last pass did."""
+    outcome = report.last_pass
+    if report.fetch_error:
+        fetched = condition("Fetched", False, "FetchFailed", report.fetch_error)
+    elif report.head:
+        fetched = condition("Fetched", True, "Fetched", f"fetched {report.head[:12]}")
+    else:
+        fetched = condition("Fetched", None, "Fetching", "the branch is not fetched yet")
+    if outcome is None:
+        applied = condition("Applied", None, "Progressing", "no pass has completed yet")
+    elif outcome.stage_problems:
+        applied = condition("Applied", False, "ApplyFailed", stage_message(outcome))
+    else:
+        applied = condition("Applied", True, "Applied", f"applied {outcome.commit[:12]}")
+    return [fetched, applied, written_back(report)]
+
+
+def written_back(report: Report) -> dict[str, Any]:
+    if report.write_back_error:
+        return condition("WrittenBack", False, "WriteBackFailed", report.write_back_error)
+    if report.write_back_pending or report.last_pass is None:
+        return condition("WrittenBack", None, "Pending", "a status write-back is due")
+    if report.last_status_commit:
+        return condition(
+            "WrittenBack", True, "WrittenBack", f"status committed {report.last_status_commit[:12]}"
+        )
+    return condition("WrittenBack", True, "UpToDate", "Git already says what the pass observed")
 
 
 def konnector_conflict(conflicts: str) -> dict[str, Any]:
@@ -136,8 +242,12 @@ def konnector_conflict(conflicts: str) -> dict[str, Any]:
 def binding_status(report: Report, previous: Mapping[str, Any] | None, now: str) -> dict:
     """The RepositoryBinding's status after ``previous``: the times of unchanged conditions kept."""
     status: dict[str, Any] = {}
+    if report.suspended:
+        status = {k: v for k, v in (previous or {}).items() if k in KEPT_WHILE_SUSPENDED}
     if report.generation is not None:
         status["observedGeneration"] = report.generation
+    if report.handled_reconcile_at is not None:
+        status["lastHandledReconcileAt"] = report.handled_reconcile_at
     if report.head:
         status["lastFetchedCommit"] = report.head
     outcome = report.last_pass
@@ -191,12 +301,12 @@ class StatusWriter:
         known = self.written.get((namespace, name))
         return known if known is not None else (self.live(namespace, name) or {}).get("status")
 
-    def write(self, namespace: str, name: str, build: Callable[[Mapping | None], dict]) -> None:
-        """Write ``build(previous status)`` unless it says what the previous one says."""
+    def write(self, namespace: str, name: str, build: Callable[[Mapping | None], dict]) -> dict:
+        """Write ``build(previous status)`` unless it says what the previous one says; return it."""
         previous = self.previous(namespace, name)
         status = build(previous)
         if conditions.unchanged(previous, status):
-            return
+            return status
         try:
             self.kube.apply(
                 REPOSITORY_BINDINGS,
@@ -214,8 +324,9 @@ class StatusWriter:
                 "could not report RepositoryBinding status",
                 extra={"binding": f"{namespace}/{name}", "error": str(failure)},
             )
-            return
+            return status
         self.written[(namespace, name)] = status
+        return status
 
     def forget(self, namespace: str, name: str) -> None:
         self.written.pop((namespace, name), None)

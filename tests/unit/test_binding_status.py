@@ -26,6 +26,9 @@ def test_a_clean_pass_is_ready() -> None:
         "Stalled": "False/NotStalled",
         "SecretValid": "True/SecretsResolved",
         "KonnectorConflict": "False/NoForeignKonnector",
+        "Fetched": "True/Fetched",
+        "Applied": "True/Applied",
+        "WrittenBack": "True/UpToDate",
     }
     assert status["observedGeneration"] == 3
     assert {c["observedGeneration"] for c in status["conditions"]} == {3}
@@ -125,3 +128,70 @@ def test_an_invalid_spec_stalls() -> None:
     assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("False", "InvalidSpec")
     assert (found["Stalled"]["status"], found["Stalled"]["reason"]) == ("True", "InvalidSpec")
     assert status["observedGeneration"] == 2
+
+
+STAGE = Rejection("claims/db.yaml", "the Control Plane refused the claim: 500", "retried", 0)
+
+
+def test_each_step_of_the_pass_has_a_condition() -> None:
+    found = statuses(DONE)
+    assert (found["Fetched"], found["Applied"]) == ("True/Fetched", "True/Applied")
+    assert found["WrittenBack"] == "True/UpToDate"
+    committed = statuses(Report(**{**DONE.__dict__, "last_status_commit": "c" * 40}))
+    assert committed["WrittenBack"] == "True/WrittenBack"
+    pending = statuses(Report(**{**DONE.__dict__, "write_back_pending": True}))
+    assert pending["WrittenBack"] == "Unknown/Pending"
+    assert "Fetched" not in statuses(Report(generation=1))  # nothing runs yet
+
+
+def test_a_failed_fetch_is_retried_with_its_error() -> None:
+    report = Report(**{**DONE.__dict__, "fetch_error": "git fetch failed: 503", "error": "x"})
+    status = binding_status(report, None, "t1")
+    found = by_type(status)
+    assert (found["Fetched"]["status"], found["Fetched"]["reason"]) == ("False", "FetchFailed")
+    assert found["Fetched"]["message"] == "git fetch failed: 503"
+    assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("False", "FetchFailed")
+    assert (found["Reconciling"]["status"], found["Stalled"]["status"]) == ("True", "False")
+
+
+def test_a_stage_problem_is_retried_not_stalled() -> None:
+    outcome = PassOutcome(HEAD, 1, (STAGE,), (STAGE,))
+    found = by_type(binding_status(Report(**{**DONE.__dict__, "last_pass": outcome}), None, "t"))
+    assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("False", "ApplyFailed")
+    assert (found["Applied"]["status"], found["Applied"]["reason"]) == ("False", "ApplyFailed")
+    assert (
+        "claims/db.yaml#0: the Control Plane refused the claim: 500" in found["Applied"]["message"]
+    )
+    assert (found["Reconciling"]["status"], found["Stalled"]["status"]) == ("True", "False")
+
+
+def test_a_loader_refusal_names_file_document_and_field() -> None:
+    refusal = Rejection("claims/bad.yaml", "unknown plan", "use small", 2, "spec.plan")
+    outcome = PassOutcome(HEAD, 1, (refusal, STAGE), (STAGE,))
+    found = by_type(binding_status(Report(**{**DONE.__dict__, "last_pass": outcome}), None, "t"))
+    assert found["Stalled"]["reason"] == "DocumentsRefused"
+    assert "claims/bad.yaml#2 spec.plan: unknown plan. Fix: use small" in found["Ready"]["message"]
+
+
+def test_a_failed_write_back_is_retried() -> None:
+    report = Report(**{**DONE.__dict__, "write_back_error": "push refused: 403"})
+    found = statuses(report)
+    assert found["WrittenBack"] == "False/WriteBackFailed"
+    assert found["Ready"] == "False/WriteBackFailed"
+    assert (found["Reconciling"], found["Stalled"]) == ("True/Retrying", "False/NotStalled")
+
+
+def test_a_suspended_registration_keeps_its_last_figures_and_says_how_to_resume() -> None:
+    before = binding_status(Report(**{**DONE.__dict__, "handled_reconcile_at": "r1"}), None, "t1")
+    assert before["lastHandledReconcileAt"] == "r1"
+    hint = "resume with: klutch-gitops resume team/orders"
+    report = Report(generation=3, suspended=True, resume_hint=hint)
+    status = binding_status(report, before, "t2")
+    found = by_type(status)
+    assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("Unknown", "Suspended")
+    assert hint in found["Ready"]["message"]
+    assert found["Reconciling"]["status"] + found["Reconciling"]["reason"] == "FalseSuspended"
+    assert found["Stalled"]["status"] == "False"
+    assert set(found) == {"Ready", "Reconciling", "Stalled"}
+    assert (status["lastAppliedCommit"], status["claims"]) == (HEAD, 2)
+    assert status["lastHandledReconcileAt"] == "r1"

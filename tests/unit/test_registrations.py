@@ -4,18 +4,22 @@ only when it changes."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from klutch_gitops.config import Config, PlatformSpec, RepositorySpec, SecretRef
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.conditions import by_type
 from klutch_gitops.manifests import Rejection
+from reconciler import metrics
 from reconciler import registrations as module
 from reconciler.registrations import PLATFORM, Registrations
+from reconciler.server import create_app
 from reconciler.sync.outcome import PassOutcome
 
 HEAD = "b" * 40
@@ -83,11 +87,21 @@ class FakeSync:
     stopped: bool = False
     fetches: int = 0
     refusals: tuple[Rejection, ...] = ()
+    fetch_error: str | None = None
+    write_back_error: str | None = None  # write_back raises this
+    passes: int = 0
 
     def sync(self) -> None:
+        self.passes += 1
         self.head = HEAD
         self.last_pass = PassOutcome(HEAD, 1, self.refusals)
         self.pending = False
+
+    def write_back(self) -> str | None:
+        if self.write_back_error:
+            raise KlutchError(self.write_back_error, "let the forge take pushes again")
+        self.last_status_commit = "c" * 40
+        return self.last_status_commit
 
     def stop(self) -> None:
         self.stopped = True
@@ -214,7 +228,7 @@ def test_status_is_written_only_when_it_changes(world: tuple[Registrations, Fake
     assert by_type(kube.statuses[-1])["Stalled"]["status"] == "True"
 
 
-def test_config_registrations_report_no_status(world: tuple[Registrations, FakeKube]) -> None:
+def test_config_registrations_are_shown_not_written(world: tuple[Registrations, FakeKube]) -> None:
     registrations, kube = world
     spec = RepositorySpec(
         "team", "https://git.example.com/t.git", "c", ("t",), SecretRef(), SecretRef()
@@ -223,7 +237,11 @@ def test_config_registrations_report_no_status(world: tuple[Registrations, FakeK
     registrations.handle(("register", "team"))
     registrations.handle(("sync", "team"))
     assert "team" in registrations.syncs
-    assert kube.statuses == []
+    assert kube.statuses == []  # no RepositoryBinding to write to
+    [shown] = registrations.reporter.registrations()
+    assert (shown["name"], shown["source"]) == ("team", "config")
+    assert by_type(shown["status"])["Ready"]["status"] == "True"
+    assert shown["status"]["lastAppliedCommit"] == HEAD
 
 
 def test_an_unusable_secret_is_reported(world: tuple[Registrations, FakeKube]) -> None:
@@ -238,10 +256,10 @@ def test_an_unusable_secret_is_reported(world: tuple[Registrations, FakeKube]) -
         "False",
         "SecretInvalid",
     )
-    assert registrations.waiting() == [
-        f"repository {NAME}: App Cluster kubeconfig is not usable\n  fix: fix the Secret",
-        "RepositoryBindings not listed yet",
-    ]
+    # a tenant's broken Secret is its conditions' news, not the replica's readiness
+    assert registrations.waiting() == ["RepositoryBindings not listed yet"]
+    registrations.bindings.synced.set()
+    assert registrations.waiting() == []
 
 
 def test_the_platform_is_registered_under_its_own_key(
@@ -277,3 +295,136 @@ def test_a_released_registration_stops(world: tuple[Registrations, FakeKube]) ->
     registrations.release(NAME)
     assert sync.stopped  # type: ignore[attr-defined]
     assert NAME not in registrations.syncs
+
+
+def annotated(obj: dict, **annotations: str) -> dict:
+    return {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
+
+
+REQUESTED = "gitops.klutch.anynines.com/requestedAt"
+SUSPEND = "gitops.klutch.anynines.com/suspend"
+
+
+def test_a_new_reconcile_request_fetches_and_is_answered(
+    world: tuple[Registrations, FakeKube],
+) -> None:
+    # As Flux: ReconcileRequestedPredicate.Update (fluxcd/pkg runtime/predicates/
+    # reconcile_requested.go) passes an update whose request value differs from the old object's,
+    # or that the old object lacked; the value is no timestamp, any change asks (fluxcd/pkg
+    # apis/meta/annotations.go); the status answers with the value in lastHandledReconcileAt
+    # (ReconcileRequestStatus there).
+    registrations, kube = world
+    registrations.on_binding("ADDED", annotated(binding(), **{REQUESTED: "t1"}))
+    run(registrations)
+    assert kube.statuses[-1]["lastHandledReconcileAt"] == "t1"
+    sync = registrations.syncs[NAME]
+    assert isinstance(sync, FakeSync)
+
+    registrations.on_binding("MODIFIED", annotated(binding(), **{REQUESTED: "t1"}))
+    assert sync.fetches == 0  # the same request, answered already
+
+    registrations.on_binding("MODIFIED", annotated(binding(), **{REQUESTED: "t2"}))
+    assert sync.fetches == 1  # spec and generation unchanged: only the annotation asks
+    registrations.handle(("sync", NAME))
+    assert kube.statuses[-1]["lastHandledReconcileAt"] == "t2"
+
+
+def test_a_suspended_binding_says_so_and_resumes(world: tuple[Registrations, FakeKube]) -> None:
+    registrations, kube = world
+    registrations.on_binding("ADDED", binding())
+    run(registrations)
+    registrations.on_binding("MODIFIED", annotated(binding(), **{SUSPEND: "true"}))
+    run(registrations)
+    assert NAME not in registrations.syncs  # nothing fetched, applied or written back
+    status = kube.statuses[-1]
+    found = by_type(status)
+    assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("Unknown", "Suspended")
+    assert "klutch-gitops resume cluster-a/team" in found["Ready"]["message"]
+    assert found["Reconciling"]["reason"] == "Suspended"
+    assert found["Stalled"]["status"] == "False"
+    assert status["lastAppliedCommit"] == HEAD  # what the last pass did stays shown
+    assert metrics.REGISTRY.get_sample_value("klutch_gitops_suspended", {"repository": NAME}) == 1
+
+    registrations.on_binding("MODIFIED", annotated(binding(), **{SUSPEND: "false"}))
+    run(registrations)
+    assert registrations.syncs[NAME].passes == 1  # type: ignore[attr-defined]
+    assert by_type(kube.statuses[-1])["Ready"]["reason"] == "Synced"
+    assert metrics.REGISTRY.get_sample_value("klutch_gitops_suspended", {"repository": NAME}) == 0
+
+
+def test_a_failed_write_back_is_its_own_condition(world: tuple[Registrations, FakeKube]) -> None:
+    registrations, kube = world
+    registrations.on_binding("ADDED", binding())
+    run(registrations)
+    sync = registrations.syncs[NAME]
+    assert isinstance(sync, FakeSync)
+    registrations._enqueue_after(("writeback", NAME), 0.0)
+    assert by_type(kube.statuses[-1])["WrittenBack"]["status"] == "True"  # not reported yet
+    registrations.handle(("sync", NAME))
+    assert by_type(kube.statuses[-1])["WrittenBack"]["reason"] == "Pending"
+    sync.write_back_error = "push refused: 403"
+    with pytest.raises(KlutchError):
+        registrations.handle(("writeback", NAME))
+    found = by_type(kube.statuses[-1])
+    assert (found["WrittenBack"]["status"], found["WrittenBack"]["reason"]) == (
+        "False",
+        "WriteBackFailed",
+    )
+    assert "403" in found["WrittenBack"]["message"]
+    assert found["Ready"]["reason"] == "WriteBackFailed"
+    assert found["Reconciling"]["status"] == "True"  # retried
+    assert NAME not in registrations.errors  # the pass itself is fine
+    sync.write_back_error = None
+    registrations.handle(("writeback", NAME))
+    found = by_type(kube.statuses[-1])
+    assert (found["WrittenBack"]["reason"], found["Ready"]["reason"]) == ("WrittenBack", "Synced")
+
+
+def test_status_metrics_follow_the_registration(world: tuple[Registrations, FakeKube]) -> None:
+    registrations, _ = world
+    registrations.on_binding("ADDED", binding())
+    run(registrations)
+    ready = {"repository": NAME, "type": "Ready", "status": "True"}
+    assert metrics.REGISTRY.get_sample_value("klutch_gitops_reconcile_condition", ready) == 1
+    last = "klutch_gitops_last_successful_reconcile_timestamp_seconds"
+    assert metrics.REGISTRY.get_sample_value(last, {"repository": NAME}) is not None
+    registrations.on_binding("DELETED", binding())
+    run(registrations)
+    assert metrics.REGISTRY.get_sample_value("klutch_gitops_reconcile_condition", ready) is None
+    assert metrics.REGISTRY.get_sample_value(last, {"repository": NAME}) is None
+    assert registrations.reporter.registrations() == []
+
+
+def test_every_pass_logs_one_summary_line(
+    world: tuple[Registrations, FakeKube], caplog: pytest.LogCaptureFixture
+) -> None:
+    registrations, _ = world
+    registrations.on_binding("ADDED", binding())
+    with caplog.at_level(logging.INFO, logger="reconciler.reporting"):
+        run(registrations)
+    [line] = [r for r in caplog.records if r.getMessage() == "pass"]
+    assert (line.repository, line.commit, line.outcome) == (NAME, HEAD[:12], "ready")  # type: ignore[attr-defined]
+    assert (line.claims, line.refused, line.problems) == (1, 0, 0)  # type: ignore[attr-defined]
+    assert line.seconds >= 0  # type: ignore[attr-defined]
+
+
+def test_registrations_are_served_for_the_metrics_token_only(
+    world: tuple[Registrations, FakeKube],
+) -> None:
+    registrations, _ = world
+    registrations.on_binding("ADDED", binding())
+    run(registrations)
+    token = b"metrics-token-0123456789"
+    app = create_app(
+        list, lambda urls: [], lambda e: 0, lambda e: 0, token, registrations.reporter.registrations
+    )
+    with TestClient(app) as client:
+        assert client.get("/registrations").status_code == 401
+        wrong = client.get("/registrations", headers={"Authorization": "Bearer guess"})
+        assert wrong.status_code == 401
+        assert NAME not in wrong.text
+        answer = client.get("/registrations", headers={"Authorization": f"Bearer {token.decode()}"})
+    assert answer.status_code == 200
+    [shown] = answer.json()["registrations"]
+    assert (shown["name"], shown["source"]) == (NAME, "RepositoryBinding cluster-a/team")
+    assert by_type(shown["status"])["Ready"]["reason"] == "Synced"
