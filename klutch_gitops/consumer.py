@@ -27,6 +27,7 @@ from klutch_gitops.apis import (
     BINDER,
     GROUP,
     IDENTITY_ANNOTATION,
+    REPOSITORY_BINDINGS,
     ROLE_BINDINGS,
     ROLES,
 )
@@ -184,6 +185,16 @@ CONSUMER_RULES = [
         "apiGroups": [GROUP],
         "resources": ["apiservicenamespaces"],
         "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+    },
+    # The tenant reads its RepositoryBindings' status (klutch-gitops get, klutch-bind status) and
+    # steers them by annotation (klutch-gitops reconcile|suspend|resume). patch reaches spec too:
+    # the admission policy catalog/policies/repositorybinding-steering.yaml holds this
+    # ServiceAccount to metadata.annotations. No create or delete: the bind API registers and
+    # removes bindings.
+    {
+        "apiGroups": [REPOSITORY_BINDINGS.group],
+        "resources": [REPOSITORY_BINDINGS.plural],
+        "verbs": ["get", "list", "watch", "patch"],
     },
 ]
 

@@ -1,6 +1,6 @@
 """``reconcile``, ``suspend`` and ``resume``: merge patches of the RepositoryBinding's annotations
-only, which is all a tenant may change of it (catalog/steering: an admission policy), and the wait
-for the reconciler's answer in ``status.lastHandledReconcileAt`` (Flux's requestedAt protocol:
+only, all a tenant may change of it (catalog/policies/repositorybinding-steering.yaml), and the
+wait for the reconciler's answer in ``status.lastHandledReconcileAt`` (Flux's requestedAt protocol:
 fluxcd/pkg/apis/meta/annotations.go, ReconcileRequestAnnotation and ReconcileAnnotationValue)."""
 
 from __future__ import annotations
