@@ -32,6 +32,7 @@ from klutch_gitops.bind.options import (
     Ca,
     ClientId,
     Context,
+    Issuer,
     Kubeconfig,
     OptionalIssuer,
     OutputOption,
@@ -52,10 +53,9 @@ app = typer.Typer(
     help="Bind an App Cluster and a Git repository to Klutch data-service APIs.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # click's plain usage errors: the message is the last line on stderr, not a box (exit 2)
+    rich_markup_mode=None,
 )
-
-
-Issuer = Annotated[str, typer.Option("--issuer", help="The OIDC issuer URL of the bind API.")]
 
 
 def main() -> None:
@@ -103,6 +103,9 @@ def login(
 ) -> None:
     """Log in to the issuer and cache the tokens (owner-only) for the other commands."""
     use_browser = not headless() if browser is None else browser
+    token_cache.ready_dir()  # before the login: tokens that cannot be cached would be lost
+    if ca:
+        bind_client.tls_context(ca, "the issuer")  # names a missing --ca file
     with http_client(ca) as http:
         provider = discover(http, issuer)
         if use_browser:
@@ -139,6 +142,8 @@ def logout(issuer: Issuer) -> None:
     if not entries:
         out.print(f"not logged in to {issuer}")
         return
+    if entries[0].ca:
+        bind_client.tls_context(entries[0].ca, "the issuer")  # the login's --ca, if gone
     with http_client(entries[0].ca) as http:
         provider = discover(http, issuer)
         revoked = [token_cache.revoke(http, provider, tokens) for tokens in entries]

@@ -105,14 +105,15 @@ class BindClient:
         return body if isinstance(body, dict) else {}
 
 
-def tls_context(ca: str) -> ssl.SSLContext:
-    """Verify the bind API against the CA bundle of ``--ca`` (PEM) instead of the system's."""
+def tls_context(ca: str, server: str = "the bind API") -> ssl.SSLContext:
+    """Verify ``server`` against the CA bundle of ``--ca`` (PEM) instead of the system's."""
     try:
         return ssl.create_default_context(cafile=ca)
     except (OSError, ssl.SSLError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
         raise KlutchError(
-            f"cannot use --ca {ca}: {error}",
-            "pass a readable PEM bundle of the CA that signed the bind API's certificate",
+            f"cannot use --ca {ca}: {reason}",
+            f"pass a readable PEM bundle of the CA that signed {server}'s certificate",
         ) from None
 
 

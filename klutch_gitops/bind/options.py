@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import httpx
 import typer
 
 from klutch_gitops.bind import token_cache
@@ -12,10 +13,34 @@ from klutch_gitops.bind.client import BindClient
 from klutch_gitops.bind.output import Output
 from klutch_gitops.errors import KlutchError
 
-Url = Annotated[str, typer.Argument(help="The bind API's base URL, e.g. https://bind.example.com")]
+
+def web_url(value: str | None) -> str | None:
+    """An http(s) URL with a host, else a usage error naming the option (exit 2)."""
+    if value is None:
+        return None
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL as error:
+        raise typer.BadParameter(f"{value!r} is not a URL ({error})") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise typer.BadParameter(f"{value!r} is not an http(s) URL; e.g. https://bind.example.com")
+    return value
+
+
+Url = Annotated[
+    str,
+    typer.Argument(help="The bind API's base URL, e.g. https://bind.example.com", callback=web_url),
+]
+Issuer = Annotated[
+    str, typer.Option("--issuer", help="The OIDC issuer URL of the bind API.", callback=web_url)
+]
 OptionalIssuer = Annotated[
     str | None,
-    typer.Option("--issuer", help="OIDC issuer whose cached login token to use (see 'login')."),
+    typer.Option(
+        "--issuer",
+        help="OIDC issuer whose cached login token to use (see 'login').",
+        callback=web_url,
+    ),
 ]
 Token = Annotated[
     str | None,

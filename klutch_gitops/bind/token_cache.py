@@ -3,6 +3,7 @@ issuer, and cached per issuer and client, readable by the owner only."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from klutch_gitops.bind.client import tls_context
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.oidc_client import (
     Provider,
@@ -136,11 +138,26 @@ def cache_path(issuer: str, client_id: str) -> Path:
     return cache_dir() / f"{key}.json"
 
 
+def ready_dir() -> Path:
+    """The cache directory, made owner-only; checked before a login, so no login is lost."""
+    directory = cache_dir()
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        directory.chmod(0o700)  # mkdir's mode is masked by the umask and ignored if it exists
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(directory))
+    except OSError as error:
+        raise KlutchError(
+            f"cannot write the token cache {directory}: {error.strerror or error}",
+            "set XDG_CONFIG_HOME to a writable directory (tokens go to "
+            "$XDG_CONFIG_HOME/klutch-gitops/tokens), or make that path writable",
+        ) from None
+    return directory
+
+
 def save(tokens: Tokens) -> Path:
     """Write atomically and owner-only: the file is created 0600 before any token is written."""
-    directory = cache_dir()
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    directory.chmod(0o700)  # mkdir's mode is masked by the umask and ignored if it exists
+    directory = ready_dir()
     path = cache_path(tokens.issuer, tokens.client_id)
     temp = directory / f".{path.name}.{secrets.token_hex(8)}.tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -199,6 +216,8 @@ def fresh_id_token(issuer: str, client_id: str | None = None, min_valid: float =
         )
     tokens = entries[0]
     if tokens.expires_within(min_valid):
+        if tokens.ca:
+            tls_context(tokens.ca, "the issuer")  # its --ca, if gone
         with http_client(tokens.ca) as http:
             tokens = refresh(http, tokens)
         save(tokens)
