@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import urllib3
 import yaml
 
 from klutch_gitops.bind import client as bind_client
@@ -25,6 +26,22 @@ def app_kube(kubeconfig: Path | None, context: str | None) -> Kube:
         raise KlutchError(
             f"cannot load the App Cluster kubeconfig: {error}", "check --kubeconfig and --context"
         ) from None
+
+
+def answering(kube: Kube) -> Kube:
+    """``kube`` once it answered at all (a refusal is an answer): an App Cluster that cannot be
+    reached fails the command before anything is bound or unbound."""
+    try:
+        kube.get(NAMESPACES, None, "kube-system")
+    except KubeError:
+        pass
+    except urllib3.exceptions.HTTPError as error:
+        reason = getattr(error, "reason", None) or error
+        raise KlutchError(
+            f"cannot reach the App Cluster at {kube.api.configuration.host}: {reason}",
+            "check --kubeconfig and --context, and that the cluster runs",
+        ) from None
+    return kube
 
 
 def identity(kube: Kube | None) -> str:
@@ -54,12 +71,33 @@ def apply_app_objects(kube: Kube, objects: list[tuple[Any, dict[str, Any]]]) -> 
     return applied
 
 
+def gitops_dir(directory: Path) -> Path:
+    """``--gitops-out``, made and writable; checked before anything is bound."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".klutch-bind-probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise KlutchError(
+            f"cannot write to --gitops-out {directory}: {error.strerror or error}",
+            "pass a directory you can write to (it is created if missing)",
+        ) from None
+    return directory
+
+
 def write_gitops(directory: Path, files: dict[str, dict[str, Any] | str]) -> list[str]:
-    directory.mkdir(parents=True, exist_ok=True)
+    gitops_dir(directory)
     written = []
     for name, content in files.items():
         text = content if isinstance(content, str) else yaml.safe_dump(content, sort_keys=False)
-        (directory / name).write_text(text)
+        try:
+            (directory / name).write_text(text)
+        except OSError as error:
+            raise KlutchError(
+                f"bound, but cannot write {directory / name}: {error.strerror or error}",
+                "free the path and run the same bind again (binding again changes nothing)",
+            ) from None
         written.append(str(directory / name))
     return written
 

@@ -258,7 +258,9 @@ def bind_command(
     repository = request.repository_body(repo, branch, path, namespaces, credentials)
     app_kubeconfig = request.app_kubeconfig(kubeconfig, context) if repository is not None else None
     direct = gitops_out is None or kubeconfig is not None or context is not None
-    kube = app_cluster.app_kube(kubeconfig, context) if direct else None
+    kube = app_cluster.answering(app_cluster.app_kube(kubeconfig, context)) if direct else None
+    if gitops_out is not None:
+        app_cluster.gitops_dir(gitops_out)
     with open_client(url, issuer, token, client_id, ca) as api:
         claims_by_api = claims_for(api.exports(), api_names)
         show_claims(claims_by_api)

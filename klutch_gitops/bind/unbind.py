@@ -136,7 +136,11 @@ def unbind_command(
 ) -> None:
     """Remove a binding and everything it holds on the Control Plane, after listing it and a
     confirmation; with --kubeconfig also its App Cluster objects."""
-    kube = app_cluster.app_kube(kubeconfig, context) if kubeconfig or context else None
+    kube = (
+        app_cluster.answering(app_cluster.app_kube(kubeconfig, context))
+        if kubeconfig or context
+        else None
+    )
     with open_client(url, issuer, token, client_id, ca) as api:
         plan = api.unbind_plan(consumer)
         if plan is None:
