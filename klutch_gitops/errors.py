@@ -58,3 +58,10 @@ def short_reason(reason: object) -> str:
     """``Connection refused`` rather than ``<HTTPSConnection object at 0x…>: Failed … refused``."""
     text = str(reason or "no answer")
     return text.rsplit("] ", 1)[-1] if "[Errno" in text else text.rsplit(">: ", 1)[-1]
+
+
+def yaml_problem(error: Exception) -> str:
+    """PyYAML's complaint on one line: ``line 2, column 1: expected the node content, …``."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem

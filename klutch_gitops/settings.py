@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from klutch_gitops.config import GitCredentialsRef, SecretRef
-from klutch_gitops.errors import KlutchError
+from klutch_gitops.errors import KlutchError, yaml_problem
 from klutch_gitops.kube.client import SECRETS, Kube
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -209,19 +209,16 @@ class FieldReader:
         )
 
 
-def yaml_problem(error: yaml.YAMLError) -> str:
-    """PyYAML's complaint on one line: ``line 2, column 1: expected the node content, …``."""
-    mark = getattr(error, "problem_mark", None)
-    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem
-
-
 def read_config_file(path: Path) -> str:
     try:
         return path.read_text()
     except OSError as error:
         raise KlutchError(
             f"cannot read config {path}: {error.strerror}", "pass an existing file with --config"
+        ) from None
+    except UnicodeDecodeError:
+        raise KlutchError(
+            f"config {path} is not UTF-8 text", "pass the YAML config file with --config"
         ) from None
 
 

@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from klutch_gitops import tenant_kubeconfig
-from klutch_gitops.errors import KlutchError
+from klutch_gitops.errors import KlutchError, yaml_problem
 
 FIELD_MANAGER = "klutch-gitops"
 
@@ -140,9 +140,9 @@ def read_kubeconfig_file(path: Path, context: str | None = None) -> dict[str, An
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = f" (line {mark.line + 1})" if mark is not None else ""
-        raise KlutchError(f"kubeconfig {path} is not valid YAML{line}", fix) from None
+        raise KlutchError(
+            f"kubeconfig {path} is not valid YAML: {yaml_problem(error)}", fix
+        ) from None
     if not isinstance(data, dict) or not data.get("clusters"):
         raise KlutchError(f"kubeconfig {path} holds no clusters", fix)
     name = context or data.get("current-context")
