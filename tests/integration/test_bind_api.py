@@ -133,10 +133,15 @@ def test_bind_is_authorised_idempotent_listed_and_removed(api, id_token: str) ->
     assert (
         client.delete("/api/v1/bindings/kube-system", headers=bearer(id_token)).status_code == 404
     )  # not the caller's
-    assert (
-        client.delete(f"/api/v1/bindings/{consumer}", headers=bearer(id_token)).status_code == 204
-    )
+    assert client.get("/api/v1/bindings/kube-system", headers=bearer(id_token)).status_code == 404
+    planned = client.get(f"/api/v1/bindings/{consumer}", headers=bearer(id_token)).json()
+    assert (planned["namespaces"], planned["claims"]) == ([consumer], [])
+    deleting = client.delete(f"/api/v1/bindings/{consumer}", headers=bearer(id_token))
+    assert deleting.status_code == 202, deleting.text  # accepted: the client polls until gone
+    assert deleting.json()["namespaces"] == [consumer]
     eventually(lambda: admin.get(NAMESPACES, None, consumer) is None, "the consumer to go")
+    gone = client.get(f"/api/v1/bindings/{consumer}", headers=bearer(id_token))
+    assert gone.status_code == 404
 
 
 @pytest.mark.parametrize(

@@ -134,8 +134,9 @@ def test_bind_status_unbind(
         },
     )
     gone = cli(
-        tmp_path, "unbind", bind_url, consumer, "--token", id_token, "--kubeconfig", kubeconfig
-    )
+        tmp_path, "unbind", bind_url, consumer, "--yes",
+        "--token", id_token, "--kubeconfig", kubeconfig,
+    )  # fmt: skip
     assert gone.returncode == 0, gone.stderr
     name = dependent["metadata"]["name"]
     eventually(
@@ -152,10 +153,8 @@ def test_bind_status_unbind(
     assert "APIServiceBinding/klutch-bind/" not in gone.stdout
     assert app.get(SERVICE_BINDINGS, None, API) is None
     assert app.get(SECRETS, "klutch-bind", f"{consumer}-kubeconfig") is None
-    eventually(
-        lambda: control_plane.get(NAMESPACES, None, consumer) is None, "the consumer to go", 120
-    )
-    again = cli(tmp_path, "unbind", bind_url, consumer, "--token", id_token)
+    assert control_plane.get(NAMESPACES, None, consumer) is None  # unbind waited until gone
+    again = cli(tmp_path, "unbind", bind_url, consumer, "--yes", "--token", id_token)
     assert again.returncode == 1
     assert "no binding" in again.stderr
 
@@ -243,7 +242,7 @@ def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
             {"name": name, "url": url, "branch": "main", "path": "claims"}
         ]
 
-        gone = cli(tmp_path, "unbind", bind_url, consumer, *common)
+        gone = cli(tmp_path, "unbind", bind_url, consumer, "--yes", *common)
         assert gone.returncode == 0, gone.stderr
         assert f"unbound {consumer}" in gone.stdout
         assert control_plane.get(REPOSITORY_BINDINGS, consumer, name) is None
