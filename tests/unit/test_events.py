@@ -1,0 +1,223 @@
+"""The Event recorder's aggregation (against an in-memory Events API) and the claim's Synced
+condition decision (reconciler/sync/events.py, objects.status_object)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from klutch_gitops.kube.client import EVENTS, SECRETS, KubeError, Resource
+from klutch_gitops.kube.events import NORMAL, WARNING, EventRecorder
+from klutch_gitops.manifests import Identity, Rejection
+from reconciler.sync import events, objects
+
+SECRET = {"metadata": {"name": "s", "namespace": "team", "uid": "u-1"}}
+
+
+class FakeEvents:
+    """Core/v1 Events in a dict, as the apiserver keeps them: generateName, merge patch, 404."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, dict] = {}
+        self.calls: list[str] = []
+        self.refuse_create: KubeError | None = None
+
+    def create(self, resource: Resource, obj: Mapping[str, Any]) -> dict:
+        assert resource == EVENTS
+        self.calls.append("create")
+        if self.refuse_create is not None:
+            raise self.refuse_create
+        body = copy.deepcopy(dict(obj))
+        body["metadata"]["name"] = f"{body['metadata']['generateName']}{len(self.items)}"
+        self.items[body["metadata"]["name"]] = body
+        return body
+
+    def patch(
+        self, resource: Resource, namespace: str | None, name: str, patch: Mapping[str, Any]
+    ) -> dict:
+        self.calls.append("patch")
+        if name not in self.items:
+            raise KubeError(404, "NotFound", f'events "{name}" not found')
+        self.items[name].update(patch)
+        return self.items[name]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def api() -> FakeEvents:
+    return FakeEvents()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def recorder(api: FakeEvents, clock: Clock, **options: Any) -> EventRecorder:
+    return EventRecorder(api, "reconciler-0", clock=clock, **options)
+
+
+def test_a_first_event_is_created_with_who_reported_it(api: FakeEvents, clock: Clock) -> None:
+    recorder(api, clock).record(SECRETS, SECRET, WARNING, "Invalid", "bad token")
+    [event] = api.items.values()
+    assert event["count"] == 1
+    assert event["type"] == WARNING
+    assert event["involvedObject"]["uid"] == "u-1"
+    assert event["metadata"]["namespace"] == "team"
+    assert event["source"] == {"component": "klutch-gitops", "host": "reconciler-0"}
+    assert (event["reportingComponent"], event["reportingInstance"]) == (
+        "klutch-gitops",
+        "reconciler-0",
+    )
+
+
+def test_a_standing_situation_told_every_pass_is_one_event_counted_at_most_every_5_min(
+    api: FakeEvents, clock: Clock
+) -> None:
+    told = recorder(api, clock)
+    for _ in range(100):  # passes every few seconds
+        told.record(SECRETS, SECRET, WARNING, "Invalid", "bad token")
+        clock.now += 2
+    assert api.calls == ["create"]  # 200 s: not once more
+    clock.now += 300
+    told.record(SECRETS, SECRET, WARNING, "Invalid", "bad token")
+    [event] = api.items.values()
+    assert event["count"] == 2
+    assert api.calls == ["create", "patch"]
+
+
+def test_another_message_reason_type_or_object_is_another_event(
+    api: FakeEvents, clock: Clock
+) -> None:
+    told = recorder(api, clock)
+    told.record(SECRETS, SECRET, WARNING, "Invalid", "bad token")
+    told.record(SECRETS, SECRET, WARNING, "Invalid", "no token")
+    told.record(SECRETS, SECRET, WARNING, "Expired", "bad token")
+    told.record(SECRETS, SECRET, NORMAL, "Invalid", "bad token")
+    other = {"metadata": {**SECRET["metadata"], "uid": "u-2"}}  # deleted and made again
+    told.record(SECRETS, other, WARNING, "Invalid", "bad token")
+    assert len(api.items) == 5
+    assert all(e["count"] == 1 for e in api.items.values())
+
+
+def test_an_expired_event_is_created_again(api: FakeEvents, clock: Clock) -> None:
+    told = recorder(api, clock, repeat_seconds=0)
+    told.record(SECRETS, SECRET, WARNING, "Invalid", "bad token")
+    api.items.clear()  # the apiserver's --event-ttl passed
+    told.record(SECRETS, SECRET, WARNING, "Invalid", "bad token")
+    assert api.calls == ["create", "patch", "create"]
+    [event] = api.items.values()
+    assert event["count"] == 1
+
+
+def test_the_cache_is_bounded_least_recently_told_first(api: FakeEvents, clock: Clock) -> None:
+    told = recorder(api, clock, max_entries=2)
+    for message in ("a", "b", "a", "c"):  # "b" is the least recently told when "c" comes
+        told.record(SECRETS, SECRET, WARNING, "Invalid", message)
+    told.record(SECRETS, SECRET, WARNING, "Invalid", "a")  # still known: dropped as a repeat
+    assert api.calls == ["create"] * 3
+    told.record(SECRETS, SECRET, WARNING, "Invalid", "b")  # forgotten: a new Event
+    assert api.calls == ["create"] * 4
+
+
+def test_a_failed_write_is_not_remembered_and_never_raises(api: FakeEvents, clock: Clock) -> None:
+    told = recorder(api, clock)
+    api.refuse_create = KubeError(403, "Forbidden", "may not create events")
+    told.record(SECRETS, SECRET, WARNING, "Invalid", "bad token")
+    api.refuse_create = None
+    told.record(SECRETS, SECRET, WARNING, "Invalid", "bad token")  # tried again at once
+    assert len(api.items) == 1
+
+
+# -- the claim's Synced condition ----------------------------------------------------------
+
+LIVE = {
+    "apiVersion": "anynines.com/v1",
+    "kind": "PostgresqlInstance",
+    "metadata": {"name": "db", "namespace": "team", "generation": 1},
+}
+PROVIDER = {
+    "conditions": [
+        {"type": "Ready", "status": "True", "reason": "Available"},
+        {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+    ]
+}
+COPY = {"metadata": {"generation": 1}, "status": PROVIDER}
+
+
+def condition(status: Mapping[str, Any] | None, kind: str) -> dict | None:
+    return next((c for c in (status or {}).get("conditions", []) if c["type"] == kind), None)
+
+
+def test_a_refusal_names_file_document_field_and_fix() -> None:
+    rejection = Rejection(
+        "claims/db.yaml",
+        "plan 'jumbo' is not offered",
+        "use one of: nano, small",
+        document=1,
+        field="spec.plan",
+        identity=Identity("anynines.com", "PostgresqlInstance", "team", "db"),
+    )
+    unnamed = Rejection("claims/broken.yaml", "not YAML", "fix the syntax")
+    told = events.refusals_by_claim((rejection, unnamed))
+    assert told == {
+        rejection.identity: "claims/db.yaml (document 2), field spec.plan: plan 'jumbo' is not "
+        "offered; fix: use one of: nano, small"
+    }
+
+
+def test_a_refused_claim_says_synced_false_over_the_providers_synced() -> None:
+    patch = objects.status_object(LIVE, COPY, refused="claims/db.yaml: wrong")
+    assert patch is not None
+    synced = condition(patch["status"], "Synced")
+    assert synced is not None
+    # crossplane-runtime apis/common/v1/condition.go: TypeSynced, ReasonReconcileError
+    assert (synced["status"], synced["reason"], synced["message"]) == (
+        "False",
+        "ReconcileError",
+        "claims/db.yaml: wrong",
+    )
+    assert condition(patch["status"], "Ready") == PROVIDER["conditions"][0]  # mirrored as is
+
+
+def test_a_told_refusal_is_not_written_again_and_keeps_its_transition_time() -> None:
+    first = objects.status_object(LIVE, COPY, refused="wrong")
+    assert first is not None
+    live = {**LIVE, "status": first["status"]}
+    assert objects.status_object(live, COPY, refused="wrong") is None  # next pass: nothing
+    other = objects.status_object(live, COPY, refused="wrong again")
+    assert other is not None
+    was, now = condition(first["status"], "Synced"), condition(other["status"], "Synced")
+    assert was is not None
+    assert now is not None
+    assert now["lastTransitionTime"] == was["lastTransitionTime"]
+
+
+def test_fixed_the_claim_shows_the_providers_synced_again() -> None:
+    refused = objects.status_object(LIVE, COPY, refused="wrong")
+    assert refused is not None
+    fixed = objects.status_object({**LIVE, "status": refused["status"]}, COPY)
+    assert fixed is not None
+    assert fixed["status"] == PROVIDER
+
+
+def test_without_a_provider_status_only_our_own_condition_is_written_and_cleared() -> None:
+    bare = {"metadata": {"generation": 1}}
+    assert objects.status_object(LIVE, bare) is None
+    refused = objects.status_object(LIVE, bare, refused="wrong")
+    assert refused is not None
+    assert [c["type"] for c in refused["status"]["conditions"]] == ["Synced"]
+    cleared = objects.status_object({**LIVE, "status": refused["status"]}, bare)
+    assert cleared is not None
+    assert cleared["status"] == {}
+    assert objects.status_object({**LIVE, "status": {}}, bare) is None
