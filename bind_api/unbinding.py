@@ -49,6 +49,8 @@ class UnbindPlan:
     namespaces: list[str]
     claims: list[PlannedClaim] = field(default_factory=list)
     terminating: bool = False
+    # claim kinds the bind API may not list (its RBAC): their protection cannot be checked
+    unlisted: list[str] = field(default_factory=list)
 
     def protected(self) -> list[PlannedClaim]:
         return [c for c in self.claims if c.protected]
@@ -59,6 +61,7 @@ class UnbindPlan:
             "terminating": self.terminating,
             "namespaces": self.namespaces,
             "claims": [asdict(c) for c in self.claims],
+            "unlisted": self.unlisted,
         }
 
 
@@ -100,8 +103,17 @@ def planned_claim(resource: Resource, obj: Mapping[str, Any]) -> PlannedClaim:
 
 
 def protection_refusal(plan: UnbindPlan) -> Refused | None:
-    """The 409 for a plan holding deletion-protected claims, naming them and both fixes."""
+    """The 409 for a plan holding deletion-protected claims (or claims whose protection the bind
+    API cannot see), naming them and both fixes."""
     protected = plan.protected()
+    if plan.unlisted and not protected:
+        return Refused(
+            409,
+            f"cannot tell whether claims of {plan.consumer_namespace} are deletion-protected: "
+            f"the bind API may not list {', '.join(plan.unlisted)}",
+            "grant the bind API's ClusterRole list on those resources, or unbind with --force "
+            "(API: ?force=true) to delete them unchecked",
+        )
     if not protected:
         return None
     names = ", ".join(c.ref for c in protected[:SHOWN_PROTECTED])
@@ -126,14 +138,22 @@ def plan(admin: Kube, consumer: str) -> UnbindPlan | None:
     mapped, _ = admin.list(NAMESPACES, label_selector=f"{CONSUMER_LABEL}={consumer}")
     names = sorted(n["metadata"]["name"] for n in mapped)
     claims: list[PlannedClaim] = []
+    unlisted: list[str] = []
     for resource in claim_resources(_list_or_none(admin, API_SERVICE_EXPORTS, consumer)):
-        for name in names:
-            claims += [planned_claim(resource, o) for o in _list_or_none(admin, resource, name)]
+        try:
+            for name in names:
+                found = _list_or_none(admin, resource, name)
+                claims += [planned_claim(resource, o) for o in found]
+        except KubeError as error:
+            if error.status != 403:
+                raise
+            unlisted.append(f"{resource.plural}.{resource.group}")
     return UnbindPlan(
         consumer_namespace=consumer,
         namespaces=[consumer, *names],
         claims=claims,
         terminating=bool(namespace["metadata"].get("deletionTimestamp")),
+        unlisted=unlisted,
     )
 
 

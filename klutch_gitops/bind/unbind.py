@@ -55,6 +55,8 @@ def plan_lines(plan: Mapping[str, Any]) -> list[str]:
         ]
         suffix = f" [{', '.join(marks)}]" if marks else ""
         lines.append(f"  {claim['kind']} {claim['namespace']}/{claim['name']}{suffix}")
+    for kind in plan.get("unlisted") or []:
+        lines.append(f"  {kind} in those namespaces (the bind API may not list them)")
     databases = sum(1 for c in claims if c["database"])
     protected = sum(1 for c in claims if c["protected"])
     lines.append(f"{len(claims)} claim(s), {databases} database(s), {protected} deletion-protected")

@@ -152,3 +152,16 @@ def test_waiting_gives_up_at_the_timeout_with_what_remains() -> None:
     assert left == stuck
     assert unbind.remaining_summary(left) == "remaining: 2 namespace(s) (c, c-shop), 0 claim(s)"
     assert unbind.remaining_summary(None) == "nothing remains"
+
+
+def test_claims_the_bind_api_may_not_list_are_refused_unchecked() -> None:
+    unchecked = UnbindPlan("c", ["c", "c-shop"], [], unlisted=["postgresqlinstances.anynines.com"])
+    refusal = unbinding.protection_refusal(unchecked)
+    assert refusal is not None
+    assert refusal.status == 409
+    assert "may not list postgresqlinstances.anynines.com" in refusal.message
+    assert "--force" in refusal.fix
+    assert (
+        "  postgresqlinstances.anynines.com in those namespaces (the bind API may not list them)"
+        in (unbind.plan_lines(unchecked.view()))
+    )
