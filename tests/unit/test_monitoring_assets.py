@@ -162,6 +162,9 @@ def test_neither_is_rendered_by_default() -> None:
     assert kind(docs, "PrometheusRule") == []
     components = {doc["metadata"]["labels"]["app.kubernetes.io/component"] for doc in docs}
     assert "dashboard" not in components
+    # the alerts are the reconciler's: without it, none
+    docs = render([VALUE_SETS["default"]], set_values=[*ENABLED, "reconciler.enabled=false"])
+    assert kind(docs, "PrometheusRule") == []
 
 
 def test_the_rules_are_a_valid_prometheus_rule_file(rule_spec: dict[str, Any]) -> None:
