@@ -226,11 +226,13 @@ def test_a_missing_app_cluster_kubeconfig(tmp_path: Path, stack: StackInfo) -> N
     with the file; the Control Plane's is fine, so the reconciler itself starts."""
     repositories = (
         "\n  - name: team-a\n    url: file:///nowhere.git\n    consumerNamespace: cluster-a\n"
-        "    appCluster: {kubeconfig: app.kubeconfig}\n"
+        "    appNamespaces: [team-a]\n    appCluster: {kubeconfig: app.kubeconfig}\n"
         "    controlPlane: {kubeconfig: app.kubeconfig}\n"
     )
     (tmp_path / "config.yaml").write_text(
         config(stack.clusters["control-plane"].kubeconfig, repositories)
     )
     result = cli("run", "--once", "-c", "config.yaml", cwd=tmp_path)
-    assert_error(result, 1, "team-a", "app.kubeconfig")
+    assert_error(
+        result, 1, "repository team-a: App Cluster kubeconfig", "app.kubeconfig: No such file"
+    )
