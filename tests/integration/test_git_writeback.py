@@ -206,8 +206,10 @@ def test_files_mode_writes_and_prunes_status_files(
         "metadata:\n  name: orders\n  namespace: shop\n"
         "status:\n  phase: Ready\n  conditions:\n  - type: Ready\n    status: 'True'\n"
     )
-    assert "rejections:\n    - file: apps/bad.yaml\n      document: 0\n      field: spec.plan\n" in show(
-        remote, "main", "apps/.klutch/reconcile.yaml"
+    report = show(remote, "main", "apps/.klutch/reconcile.yaml")
+    assert (
+        "rejections:\n    - file: apps/bad.yaml\n      document: 0\n      field: spec.plan\n"
+        in (report)
     )
     assert show(remote, "main", "apps/claims.yaml") == CLAIMS
 

@@ -74,7 +74,8 @@ def test_claim_reaches_both_clusters_and_status_comes_back_to_git(tenant: Tenant
     assert "klutch-gitops[bot]" in head
     message = git(tenant.remote, "log", "-1", "--format=%B", "main")
     assert "Klutch-Source-Commit:" in message
-    report = yaml.safe_load(tenant.remote_file("claims/.klutch/reconcile.yaml"))
+    reports = yaml.safe_load(tenant.remote_file("claims/.klutch/reconcile.yaml"))
+    report = reports["registrations"][tenant.spec.name]  # one entry per registration
     assert report["counts"]["claims"] == 1
     assert report["rejections"] == []
 
@@ -231,7 +232,8 @@ def test_deletion_protection_refuses_and_reports(tenant: Tenant) -> None:
 
     def reported() -> dict | None:
         try:
-            report = yaml.safe_load(tenant.remote_file("claims/.klutch/reconcile.yaml"))
+            text = tenant.remote_file("claims/.klutch/reconcile.yaml")
+            report = yaml.safe_load(text)["registrations"][tenant.spec.name]
         except Exception:
             return None
         return next((r for r in report["rejections"] if "deletion-protected" in r["message"]), None)
@@ -316,7 +318,8 @@ def test_conflicting_field_manager_is_reported_not_forced(tenant: Tenant) -> Non
 
     def reported() -> dict | None:
         try:
-            report = yaml.safe_load(tenant.remote_file("claims/.klutch/reconcile.yaml"))
+            text = tenant.remote_file("claims/.klutch/reconcile.yaml")
+            report = yaml.safe_load(text)["registrations"][tenant.spec.name]
         except Exception:
             return None
         return next((r for r in report["rejections"] if "conflict" in r["message"].lower()), None)
@@ -370,7 +373,8 @@ def test_a_broken_document_never_deletes_its_live_claim(tenant: Tenant) -> None:
 
     def reported() -> bool:
         try:
-            report = yaml.safe_load(tenant.remote_file("claims/.klutch/reconcile.yaml"))
+            text = tenant.remote_file("claims/.klutch/reconcile.yaml")
+            report = yaml.safe_load(text)["registrations"][tenant.spec.name]
         except Exception:
             return False
         return {r["file"] for r in report["rejections"]} == {"claims/a.yaml", "claims/b.yaml"}
