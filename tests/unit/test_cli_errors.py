@@ -1,0 +1,154 @@
+"""The pure parts of 'errors, never tracebacks': which library errors a person's input explains,
+how they read, and the kubeconfig checks before the kubernetes client's loader."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import typer
+import urllib3
+import yaml
+from kubernetes.config.config_exception import ConfigException
+
+from klutch_gitops.cli import ExplainingTyper
+from klutch_gitops.cli_options import LogLevel
+from klutch_gitops.errors import KlutchError, explain, short_reason, yaml_problem
+from klutch_gitops.kube.client import KubeError, api_client, read_kubeconfig_file
+
+REFUSED = (
+    "<urllib3.connection.HTTPSConnection object at 0x7f>: Failed to establish a new "
+    "connection: [Errno 111] Connection refused"
+)
+
+
+def refused() -> urllib3.exceptions.MaxRetryError:
+    pool = urllib3.HTTPSConnectionPool("10.0.0.1", 6443)
+    return urllib3.exceptions.MaxRetryError(pool, "/version", Exception(REFUSED))
+
+
+def test_an_unreachable_server_names_its_url_and_the_plain_reason() -> None:
+    explained = explain(refused())
+    assert explained is not None
+    assert explained.message == "cannot reach https://10.0.0.1:6443: Connection refused"
+    assert "server URL in the kubeconfig" in explained.fix
+
+
+@pytest.mark.parametrize(
+    ("error", "start"),
+    [
+        (KubeError(403, "Forbidden", "secrets is forbidden"), "the API server refused a request"),
+        (ConfigException("Invalid kube-config file."), "kubeconfig: Invalid kube-config file."),
+        (FileNotFoundError(2, "No such file or directory", "/x/ca.crt"), "cannot use /x/ca.crt"),
+    ],
+)
+def test_known_library_errors_are_explained(error: Exception, start: str) -> None:
+    explained = explain(error)
+    assert explained is not None
+    assert explained.message.startswith(start)
+    assert explained.fix
+
+
+@pytest.mark.parametrize("error", [ValueError("a bug"), KeyError("x"), OSError("no file named")])
+def test_a_bug_is_not_explained_away(error: Exception) -> None:
+    """What no input explains keeps its traceback: hiding it would hide the bug."""
+    assert explain(error) is None
+
+
+@pytest.mark.parametrize(
+    ("reason", "short"),
+    [
+        (REFUSED, "Connection refused"),
+        ("<HTTPSConnection object at 0x1>: Read timed out.", "Read timed out."),
+        (None, "no answer"),
+    ],
+)
+def test_short_reason(reason: object, short: str) -> None:
+    assert short_reason(reason) == short
+
+
+def test_yaml_problem_is_one_line_with_its_place() -> None:
+    with pytest.raises(yaml.YAMLError) as caught:
+        yaml.safe_load("a: [\n")
+    assert yaml_problem(caught.value) == (
+        "line 2, column 1: expected the node content, but found '<stream end>'"
+    )
+
+
+def test_every_log_level_is_one_logging_knows() -> None:
+    assert [level.value for level in LogLevel] == ["debug", "info", "warning", "error"]
+    for level in LogLevel:
+        assert isinstance(logging.getLevelName(level.value.upper()), int)
+
+
+def kubeconfig(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    return path
+
+
+GOOD = """
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- a list\n", "holds no clusters"),
+        ("clusters: [\n", "is not valid YAML: line 2, column 1"),
+        (GOOD.replace("current-context: x", ""), "has no current-context"),
+        (GOOD.replace("current-context: x", "current-context: y"), "has no context 'y'"),
+    ],
+)
+def test_a_kubeconfig_is_checked_before_the_loader(tmp_path: Path, text: str, message: str) -> None:
+    path = kubeconfig(tmp_path, text)
+    with pytest.raises(KlutchError) as caught:
+        api_client(path)
+    assert str(path) in caught.value.message
+    assert message in caught.value.message
+    assert caught.value.fix
+
+
+def test_a_context_that_is_not_there_lists_those_that_are(tmp_path: Path) -> None:
+    with pytest.raises(KlutchError, match=r"has no context 'z' \(contexts: x\)"):
+        read_kubeconfig_file(kubeconfig(tmp_path, GOOD), "z")
+
+
+def test_a_good_kubeconfig_reaches_the_loader(tmp_path: Path) -> None:
+    api = api_client(kubeconfig(tmp_path, GOOD))
+    assert api.configuration.host == "https://127.0.0.1:6443"
+
+
+def test_the_loaders_own_complaints_name_the_file(tmp_path: Path) -> None:
+    """A context naming a cluster that is not there: only the kubernetes client's loader looks."""
+    path = kubeconfig(tmp_path, GOOD.replace("{cluster: c,", "{cluster: gone,"))
+    with pytest.raises(KlutchError) as caught:
+        api_client(path)
+    assert caught.value.message.startswith(f"kubeconfig {path}: ")
+    assert "gone" in caught.value.message
+    assert str(path) in caught.value.fix
+
+
+def command_raising(error: Exception) -> typer.Typer:
+    app = ExplainingTyper(pretty_exceptions_enable=False)
+
+    @app.command()
+    def boom() -> None:
+        raise error
+
+    return app
+
+
+def test_every_command_has_its_library_errors_explained() -> None:
+    with pytest.raises(KlutchError, match=r"cannot reach https://10\.0\.0\.1:6443"):
+        command_raising(refused())([], standalone_mode=True)
+
+
+def test_a_bug_in_a_command_keeps_its_traceback() -> None:
+    with pytest.raises(ZeroDivisionError):
+        command_raising(ZeroDivisionError())([], standalone_mode=True)
