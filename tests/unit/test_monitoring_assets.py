@@ -211,6 +211,16 @@ def test_the_not_ready_rule_is_the_issues_and_spares_suspended_repositories(
     assert " unless " in rule["expr"]
 
 
+def test_the_write_back_rule_reads_the_condition_and_the_failures(
+    rule_spec: dict[str, Any],
+) -> None:
+    [rule] = [r for r in alerts(rule_spec) if r["alert"] == "KlutchGitopsWriteBackFailing"]
+    [condition, failures] = selectors(rule["expr"])
+    assert condition.name == "klutch_gitops_reconcile_condition"
+    assert (matchers(condition)["type"], matchers(condition)["status"]) == ("WrittenBack", "False")
+    assert failures.name == "klutch_gitops_write_back_failures_total"
+
+
 def test_the_binder_token_threshold_is_a_value() -> None:
     docs = render(
         [VALUE_SETS["default"]],
