@@ -105,11 +105,12 @@ def bind_api(
     """The bind API: OIDC-authenticated bindings of App Clusters and repositories."""
     from bind_api.config import load_bind_api_config
     from bind_api.server import serve
-    from klutch_gitops import logs
-    from klutch_gitops.preflight import reach_cluster
+    from klutch_gitops import logs, preflight
 
     settings = load_bind_api_config(config)
-    reach_cluster(settings.control_plane_kubeconfig, f"{config}: controlPlane.kubeconfig")
+    preflight.ca_file(settings.issuer_ca, f"{config}: oidc.ca")
+    preflight.certificate_pair(settings.tls_cert, settings.tls_key, f"{config}: tls")
+    preflight.reach_cluster(settings.control_plane_kubeconfig, f"{config}: controlPlane.kubeconfig")
     logs.configure(log_level.value)
     serve(config)
 

@@ -1,12 +1,15 @@
-"""Checks before a command starts work: can the cluster it names be reached at all?
+"""Checks before a command starts work: can the cluster it names be reached, are the
+certificate files it names usable?
 
 Without them a closed port surfaces deep inside a controller's start as urllib3's
-``MaxRetryError`` traceback, naming neither the kubeconfig file nor the fix.
+``MaxRetryError`` traceback, and a missing CA file as ssl's ``FileNotFoundError`` without a file
+name: neither names the field, the file or the fix.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,3 +61,30 @@ def _quiet_retries() -> Iterator[None]:
         yield
     finally:
         pool_logger.setLevel(level)
+
+
+def ca_file(path: Path | None, where: str) -> None:
+    """``where`` (a field or option) names a PEM bundle of CA certificates ssl can load."""
+    if path is None:
+        return
+    try:
+        ssl.create_default_context(cafile=str(path))
+    except OSError as error:  # ssl.SSLError is one, FileNotFoundError too
+        raise KlutchError(
+            f"{where}: cannot load CA certificates from {path}: {error.strerror or error}",
+            "point it at a PEM file of CA certificates",
+        ) from None
+
+
+def certificate_pair(cert: Path | None, key: Path | None, where: str) -> None:
+    """``where``'s certificate and key files (PEM) load, and belong together."""
+    if cert is None or key is None:
+        return
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(cert), str(key))
+    except OSError as error:
+        raise KlutchError(
+            f"{where}: cannot load the certificate {cert} with the key {key}: "
+            f"{error.strerror or error}",
+            "point certFile and keyFile at a PEM certificate and its key",
+        ) from None

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import certifi
 import pytest
 import yaml
 
@@ -236,3 +237,32 @@ def test_a_missing_app_cluster_kubeconfig(tmp_path: Path, stack: StackInfo) -> N
     assert_error(
         result, 1, "repository team-a: App Cluster kubeconfig", "app.kubeconfig: No such file"
     )
+
+
+@pytest.mark.parametrize(
+    ("files", "needles"),
+    [
+        ({"ca.crt": ""}, ["bind.yaml: oidc.ca: cannot load CA certificates from ca.crt"]),
+        ({}, ["bind.yaml: oidc.ca: ", "ca.crt: No such file", "PEM file of CA certificates"]),
+        (
+            {"ca.crt": "public CAs", "tls.key": ""},
+            ["bind.yaml: tls: cannot load the certificate tls.crt", "No such file"],
+        ),
+    ],
+)
+def test_bind_api_certificate_files(
+    closed: Path, files: dict[str, str], needles: list[str]
+) -> None:
+    """ssl's own errors name no file (a missing CA raises FileNotFoundError without one)."""
+    for name, text in files.items():
+        path = closed / name
+        if text == "public CAs":
+            path.write_bytes(Path(certifi.where()).read_bytes())
+        else:
+            path.write_text(text)
+    (closed / "bind.yaml").write_text(
+        "controlPlane: {kubeconfig: cp.kubeconfig}\nlisten: 127.0.0.1:0\n"
+        "tls: {certFile: tls.crt, keyFile: tls.key}\n"
+        "oidc: {issuer: https://127.0.0.1:1/dex, audiences: [klutch-bind], ca: ca.crt}\n"
+    )
+    assert_error(cli("bind-api", "-c", "bind.yaml", cwd=closed), 1, *needles)
