@@ -31,6 +31,7 @@ from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import CRDS, Kube, KubeError, Resource
 from reconciler.manager import Reconciler
 from reconciler.sync import objects
+from reconciler.sync.notes import NOTES_REF
 from reconciler.sync.platform import PLATFORM_LABEL, source_id
 from reconciler.sync.writeback import TRAILER_RECONCILER
 from tests.gitserver import GitServer
@@ -242,18 +243,22 @@ def test_branch_mode_keeps_main_human_only(new_tenant: Callable[..., Tenant]) ->
     assert show(tenant.remote, "main", status_file) is None
     assert show(tenant.remote, "main", "claims/.klutch/reconcile.yaml") is None
 
-    # a later human change is reported on the status branch, and main stays human-only
+    # a later human change is noted as reconciled (a git note, issue 15), and main stays
+    # human-only
     human = push(
         tenant.clone,
         {"claims/orders.yaml": claim("orders", tenant.namespace, plan="postgresql-single-small")},
         "bigger plan",
     )
 
-    def reported() -> bool:
-        content = show(tenant.remote, "klutch-status", "claims/.klutch/reconcile.yaml")
-        return bool(content) and yaml.safe_load(content)["sourceCommit"] == human
+    def noted() -> bool:
+        try:
+            note = git(tenant.remote, "notes", f"--ref={NOTES_REF}", "show", human)
+        except subprocess.CalledProcessError:
+            return False  # not noted yet
+        return tenant.spec.name in yaml.safe_load(note)
 
-    eventually(reported, "the new source commit on klutch-status")
+    eventually(noted, "the new source commit noted as reconciled")
     assert authors(tenant.remote, "main") == {HUMAN}
     assert authors(tenant.remote, "klutch-status") == {BOT}
     assert git(tenant.remote, "rev-parse", "main") == human
@@ -502,8 +507,8 @@ def test_restart_mid_sync_converges_without_duplicates(
 
     def all_in_git() -> bool:
         content = show(tenant.remote, "main", "claims/.klutch/reconcile.yaml")
-        report = yaml.safe_load(content) if content else {}
-        return report.get("sourceCommit") == humans[-1] and report["counts"]["ready"] == len(names)
+        report = (yaml.safe_load(content) if content else {}).get("registrations") or {}
+        return report.get(repo, {}).get("counts", {}).get("ready") == len(names)
 
     eventually(all_in_git, "every Ready status in Git", timeout=60)
     for name in names:
@@ -555,9 +560,8 @@ def test_run_once_cli(new_tenant: Callable[..., Tenant], tmp_path: Path) -> None
     assert once.returncode == 0, err
     for kube, namespace in ((tenant.app, tenant.namespace), (tenant.control_plane, tenant.mapped)):
         assert claims_of(kube, namespace) == ["orders", "users"]
-    assert (
-        yaml.safe_load(tenant.remote_file("claims/.klutch/reconcile.yaml"))["counts"]["claims"] == 2
-    )
+    report = yaml.safe_load(tenant.remote_file("claims/.klutch/reconcile.yaml"))
+    assert report["registrations"][tenant.spec.name]["counts"]["claims"] == 2
 
     broken = write_config(tenant, tmp_path / "broken.yaml", tmp_path / "once-work", colour="red")
     failed = cli(
