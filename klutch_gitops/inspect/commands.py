@@ -6,19 +6,17 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
-from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.console import out
-from klutch_gitops.inspect import claims, steer
-from klutch_gitops.inspect.access import CALL_ERRORS, Cluster, connect, refused
-from klutch_gitops.inspect.show import CLAIMS, REPOSITORIES, render, watch_lines, widths_of
 from klutch_gitops.inspect.table import Output
-from klutch_gitops.inspect.watch import changes
-from klutch_gitops.kube.client import Resource
+
+if TYPE_CHECKING:  # the kubernetes client loads when a command runs, not for --help
+    from klutch_gitops.inspect.access import Cluster
+    from klutch_gitops.kube.client import Resource
 
 Kubeconfig = Annotated[
     Path | None,
@@ -65,6 +63,10 @@ def get(
     Cluster, with why each is not Ready."""
     if watch and what is What.claims:  # one watch per served kind: not worth it yet
         raise typer.BadParameter("--watch is for repositories only", param_hint="-w")
+    from klutch_gitops.inspect.access import CALL_ERRORS, connect, refused
+    from klutch_gitops.inspect.show import CLAIMS, REPOSITORIES, render, watch_lines, widths_of
+    from klutch_gitops.inspect.watch import changes
+
     cluster = connect(kubeconfig, context, namespace)
     where = None if all_namespaces else cluster.namespace
     suffix = "" if all_namespaces else f" in {cluster.namespace} namespace"
@@ -90,6 +92,11 @@ def _list(
     cluster: Cluster, want_claims: bool, namespace: str | None
 ) -> tuple[Resource | None, list[dict], str]:
     """(the resource to watch, the objects, the list's resourceVersion)."""
+    from klutch_gitops.apis import REPOSITORY_BINDINGS
+    from klutch_gitops.inspect import claims
+    from klutch_gitops.inspect.access import CALL_ERRORS, refused
+    from klutch_gitops.kube.client import Resource
+
     if want_claims:
         try:
             return None, claims.list_claims(cluster.kube, namespace), ""
@@ -113,12 +120,17 @@ def _order(obj: dict) -> tuple[str, str]:
 def _target(
     repo: str, kubeconfig: Path | None, context: str | None, namespace: str | None
 ) -> tuple[Cluster, str, str]:
+    from klutch_gitops.inspect import steer
+    from klutch_gitops.inspect.access import connect
+
     cluster = connect(kubeconfig, context, namespace)
     ns, name = steer.parse_repo(repo, cluster.namespace, explicit_namespace=namespace is not None)
     return cluster, ns, name
 
 
 def _answer(cluster: Cluster, ns: str, name: str, value: str, timeout: float) -> None:
+    from klutch_gitops.inspect import steer
+
     say(f"► waiting for RepositoryBinding {ns}/{name} to answer the request {value}")
     obj = steer.wait_handled(cluster.kube, ns, name, value, timeout)
     say(f"✔ {steer.ready_line(obj)}")
@@ -133,6 +145,8 @@ def reconcile(
     no_wait: NoWait = False,
 ) -> None:
     """Fetch and apply a RepositoryBinding now, and wait until the reconciler has."""
+    from klutch_gitops.inspect import steer
+
     cluster, ns, name = _target(repo, kubeconfig, context, namespace)
     value = steer.request_reconcile(cluster.kube, ns, name)
     say(f"► reconcile requested for RepositoryBinding {ns}/{name}")
@@ -147,6 +161,8 @@ def suspend(
     namespace: Namespace = None,
 ) -> None:
     """Stop fetching, applying and writing back for a RepositoryBinding until resumed."""
+    from klutch_gitops.inspect import steer
+
     cluster, ns, name = _target(repo, kubeconfig, context, namespace)
     steer.suspend(cluster.kube, ns, name)
     say(f"✔ RepositoryBinding {ns}/{name} suspended")
@@ -161,6 +177,8 @@ def resume(
     no_wait: NoWait = False,
 ) -> None:
     """Resume a suspended RepositoryBinding, reconcile it now, and wait for the pass."""
+    from klutch_gitops.inspect import steer
+
     cluster, ns, name = _target(repo, kubeconfig, context, namespace)
     value = steer.resume(cluster.kube, ns, name)
     say(f"► RepositoryBinding {ns}/{name} resumed")

@@ -357,3 +357,15 @@ def test_commands_register_and_an_unreachable_cluster_is_one_clear_error(tmp_pat
     result = runner.invoke(app, ["get", "claims", "-w", "--kubeconfig", path])
     assert result.exit_code == 2
     assert "--watch is for repositories only" in result.output
+
+
+def test_registering_the_commands_does_not_load_the_kubernetes_client() -> None:
+    """``klutch-gitops --help`` stays quick: the client loads when a command runs."""
+    import subprocess
+    import sys
+
+    probe = "import sys, klutch_gitops.inspect.commands; print('kubernetes' in sys.modules)"
+    found = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert found.stdout.strip() == "False"
