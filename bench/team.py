@@ -25,8 +25,13 @@ from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, Kube
 from reconciler.manager import Reconciler
+from reconciler.sync.notes import NOTES_REF
+from reconciler.sync.writeback import TRAILER_RECONCILER
 
 DEFAULTS = Config(control_plane_kubeconfig=Path())  # the product's defaults, reported as used
+# Bot commits per human push before issue 15 (every push's sourceCommit in reconcile.yaml made a
+# status commit): ``--quick --only push`` of that commit with this module's count; see README.
+BEFORE_ISSUE_15, BEFORE_ISSUE_15_COMMIT, BEFORE_ISSUE_15_DATE = 0.8, "33fdef5", "2026-11-24"
 
 
 @dataclass
@@ -153,6 +158,7 @@ def measure_pushes(
 ) -> list[Figure]:
     expect = Expect(clusters.control_plane, POSTGRES, team.tenant.mapped, "bench-cp").start()
     latency, push, apply = [], [], []
+    before = remote_head(team.tenant.remote)
     try:
         for k in range(pushes):
             progress(f"push {k + 1}/{pushes}")
@@ -186,7 +192,36 @@ def measure_pushes(
     return [
         *latency_figures(name, latency, "git push", push, f"{pushes} pushes"),
         *latency_figures(name, latency, "kubectl apply --server-side, 1 file", apply),
+        bot_commits_per_push(team, before, pushes),
     ]
+
+
+def bot_commits_per_push(team: Team, before: str, pushes: int) -> Figure:
+    """Status commits on main per human push of the push measurement (each changes one claim's
+    plan; no provider changes a status), once the last push is noted as reconciled, so its
+    write-back has decided. Issue 15: only a change of status or refusals makes a commit."""
+    tenant = team.tenant
+    last = git(tenant.clone, "rev-parse", "HEAD")
+
+    def noted() -> bool:
+        try:
+            note = git(tenant.remote, "notes", f"--ref={NOTES_REF}", "show", last)
+        except subprocess.CalledProcessError:
+            return False
+        return tenant.spec.name in note
+
+    eventually(noted, "the last push noted as reconciled", timeout=120)
+    bots = git(
+        tenant.remote, "rev-list", f"--grep=^{TRAILER_RECONCILER}: ", f"{before}..main"
+    ).split()
+    return Figure(
+        "bot commits per human push",
+        "commits",
+        len(bots) / pushes,
+        f"{BEFORE_ISSUE_15_COMMIT} (before issue 15), measured {BEFORE_ISSUE_15_DATE}",
+        BEFORE_ISSUE_15,
+        note=f"{len(bots)} status commits for {pushes} pushes",
+    )
 
 
 # -- 3. Control Plane status → App and Git ---------------------------------------------------
