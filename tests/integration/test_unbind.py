@@ -4,6 +4,8 @@ API refuses deletion-protected claims unless forced — on a real bind API, Dex 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, Kube
 from reconciler.controllers.namespaces import NamespaceController
 
-from .bindapi import API, bind_api_config, cli, dev_id_token, offered_api, serving
+from .bindapi import API, CLI, bind_api_config, cli, dev_id_token, offered_api, serving
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +106,43 @@ def test_without_yes_and_no_terminal_nothing_is_deleted(
         assert still_there(admin, consumer, mapped, name)
     finally:
         cli(tmp_path, "unbind", bind_url, consumer, "--yes", "--token", id_token)
+
+
+def on_a_terminal(tmp_path: Path, answer: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``klutch-bind ARGS`` with a pseudo-terminal as stdin, answering the prompt ``answer``."""
+    controller, terminal = os.openpty()
+    try:
+        environment = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}
+        with subprocess.Popen(
+            [*CLI, *args], stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=environment,
+        ) as child:  # fmt: skip
+            os.write(controller, f"{answer}\n".encode())
+            stdout, stderr = child.communicate(timeout=240)
+        return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+
+
+def test_on_a_terminal_it_asks_and_deletes_only_on_yes(
+    bind_url: str, id_token: str, clusters, tmp_path: Path
+) -> None:
+    admin = Kube(clusters["control-plane"])
+    consumer, mapped, name = bound_with_a_database(bind_url, id_token, admin, protected=False)
+    args = ("unbind", bind_url, consumer, "--token", id_token)
+
+    declined = on_a_terminal(tmp_path, "n", *args)
+    assert declined.returncode == 1
+    assert f"Delete all of this ({consumer})?" in declined.stderr
+    assert "not confirmed; nothing was deleted" in declined.stderr.splitlines()[-1]
+    assert still_there(admin, consumer, mapped, name)
+
+    accepted = on_a_terminal(tmp_path, "y", *args)
+    assert accepted.returncode == 0, accepted.stderr
+    assert f"unbound {consumer}" in accepted.stdout
+    assert admin.get(NAMESPACES, None, consumer) is None
+    assert admin.get(NAMESPACES, None, mapped) is None
 
 
 def test_a_protected_claim_is_refused_by_the_bind_api_until_forced(
