@@ -5,7 +5,8 @@ them; ``token`` hands a fresh ID token to scripts; ``logout`` revokes them at th
 where offered) and forgets them. ``exports``, ``bind``, ``status`` and ``unbind`` call the bind
 API with that token (or ``--token``) and keep the App Cluster's side of a binding
 (``klutch-bind`` Namespace, kubeconfig Secret, APIServiceBindings) in step, or write it as YAML
-for Git with ``--gitops-out`` (never the Secret).
+for Git with ``--gitops-out`` (never the Secret). ``unbind`` (``bind/unbind.py``) lists what goes
+and needs a confirmation first.
 """
 
 from __future__ import annotations
