@@ -172,9 +172,10 @@ def test_a_konnector_for_another_consumer_namespace_is_refused_and_reported(
 
     def refused() -> dict | None:
         try:
-            report = yaml.safe_load(person.remote_file("claims/.klutch/reconcile.yaml"))
+            text = person.remote_file("claims/.klutch/reconcile.yaml")
         except subprocess.CalledProcessError:
             return None
+        [report] = yaml.safe_load(text)["registrations"].values()  # one entry per registration
         rejections = {r.get("object"): r for r in report.get("rejections") or []}
         wanted = {
             f"PostgresqlInstance.anynines.com {tenant.namespace}/{name}"
