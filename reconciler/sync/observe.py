@@ -27,7 +27,13 @@ def observe(
     refusals: tuple[Rejection, ...] = (),
 ) -> tuple[ObservedStatus, ...]:
     """Copy status and provider-owned Secrets to the mirrored App objects; return what Git
-    gets (the status of every claim Git holds)."""
+    gets (the status of every claim Git holds).
+
+    ``refusals`` (the loader's and the stages'): a live claim whose change was refused says so.
+    A mirrored claim tells the stages' refusals (its apply failed); one left out tells the
+    loader's (its document was refused, so the live claim keeps its old spec), never another
+    stage's: a kind a foreign konnector serves or another repository's object is not ours to
+    write status on."""
     statuses = tuple(
         ObservedStatus(
             claim.identity,
@@ -38,7 +44,9 @@ def observe(
         )
         for claim in desired.claims
     )
-    told = events.refusals_by_claim(refusals)
+    loaded = set(desired.rejections)
+    told = events.refusals_by_claim(tuple(r for r in refusals if r not in loaded))
+    untold = events.refusals_by_claim(desired.rejections)
     for claim in mirrored:
         export = view.export_of(claim)
         live = view.app_claim(export, claim.identity.namespace, claim.identity.name)
@@ -49,8 +57,8 @@ def observe(
         in_sync = not objects.needs_apply(objects.control_plane_object(claim, target), copy)
         mirror_status(view, claim_resource(export, claim), live, copy, in_sync, told)
         copy_secrets(view, claim, live, target, repository)
-    for identity in told.keys() - {c.identity for c in mirrored}:
-        tell_refused(view, identity, told, repository)
+    for identity in untold.keys() - {c.identity for c in mirrored}:
+        tell_refused(view, identity, untold, repository)
     drop_orphan_secrets(view, mirrored)
     return statuses
 

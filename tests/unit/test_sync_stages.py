@@ -498,3 +498,14 @@ def test_a_refusal_of_another_repositorys_claim_is_not_told() -> None:
     observe(view, DesiredState((), (refused,)), (), REPO, (refused,))
     assert view.writes == []
     assert view.events == []
+
+
+def test_a_claim_left_out_by_a_stage_is_not_told() -> None:
+    """A kind a foreign konnector serves (konnector.refuse_foreign): the konnector writes that
+    claim's status, a second writer would fight it."""
+    view = mapped_view()
+    live_and_copy(view)
+    foreign = Rejection("claims/db.yaml", "not synced", "fix", 0, identity=claim("db").identity)
+    observe(view, DesiredState((claim("db"),), ()), (), REPO, (foreign,))
+    assert view.writes == []
+    assert synced(view) == PROVIDER_STATUS["conditions"][0]
