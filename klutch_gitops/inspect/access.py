@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import config
 from urllib3.exceptions import HTTPError
 
@@ -23,6 +24,8 @@ CHART_ROLES = (
     "them to whoever holds view or edit in the namespace; a tenant's binder kubeconfig has them "
     "in its consumer namespace"
 )
+# What the kubernetes client's loader raises for a kubeconfig it cannot read or use.
+_BAD_KUBECONFIG = (OSError, config.ConfigException, yaml.YAMLError, TypeError, KeyError, ValueError)
 # What a call can fail with: the server's answer, or no answer.
 CALL_ERRORS = (KubeError, HTTPError, OSError)
 
@@ -41,9 +44,15 @@ def connect(kubeconfig: Path | None, context: str | None, namespace: str | None)
     files = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or "~/.kube/config"
     if kubeconfig is not None and not kubeconfig.is_file():
         raise KlutchError(f"no kubeconfig at {kubeconfig}", "pass --kubeconfig with a file")
+    if not any(Path(f).expanduser().is_file() for f in files.split(os.pathsep) if f):
+        source = "$KUBECONFIG" if "KUBECONFIG" in os.environ else "the default path"
+        raise KlutchError(
+            f"no kubeconfig at {files} ({source})",
+            "pass --kubeconfig FILE, or set $KUBECONFIG, or write ~/.kube/config",
+        )
     try:
         contexts, current = config.list_kube_config_contexts(config_file=files)
-    except (OSError, config.ConfigException) as error:
+    except _BAD_KUBECONFIG as error:
         raise KlutchError(
             f"cannot load a kubeconfig: {error}",
             "pass --kubeconfig FILE, or set $KUBECONFIG, or write ~/.kube/config",
@@ -51,7 +60,7 @@ def connect(kubeconfig: Path | None, context: str | None, namespace: str | None)
     chosen = _context(contexts or [], current, context)
     try:
         api = config.new_client_from_config(config_file=files, context=chosen["name"])
-    except (OSError, config.ConfigException) as error:
+    except _BAD_KUBECONFIG as error:
         raise KlutchError(
             f"cannot use context {chosen['name']}: {error}", "fix the context in the kubeconfig"
         ) from None

@@ -341,8 +341,11 @@ def test_kubeconfig_errors_name_the_problem(
     ):
         connect(kubeconfig(tmp_path / "config"), "three", None)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
-    with pytest.raises(KlutchError, match="cannot load a kubeconfig"):
+    with pytest.raises(KlutchError, match=r"no kubeconfig at .*absent \(\$KUBECONFIG\)"):
         connect(None, None, None)
+    (tmp_path / "garbage").write_text("- not a kubeconfig")
+    with pytest.raises(KlutchError, match="cannot load a kubeconfig"):
+        connect(tmp_path / "garbage", None, None)
 
 
 def test_commands_register_and_an_unreachable_cluster_is_one_clear_error(tmp_path: Path) -> None:
