@@ -72,9 +72,11 @@ def run(
 
 def reconcile_until_signal(config: Path) -> None:
     """Run the reconciler until SIGINT or SIGTERM, then stop it cleanly."""
+    from klutch_gitops import preflight
     from reconciler.manager import Reconciler
 
     settings = reconciler_config(config)
+    preflight.listen_address(settings.listen, f"{config}: listen")
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -89,11 +91,11 @@ def reconcile_until_signal(config: Path) -> None:
 
 def reconciler_config(path: Path) -> Config:
     """The reconciler's config, once its Control Plane answers (else an error naming the field)."""
+    from klutch_gitops import preflight
     from klutch_gitops.config_file import load_config
-    from klutch_gitops.preflight import reach_cluster
 
     settings = load_config(path)
-    reach_cluster(settings.control_plane_kubeconfig, f"{path}: controlPlane.kubeconfig")
+    preflight.reach_cluster(settings.control_plane_kubeconfig, f"{path}: controlPlane.kubeconfig")
     return settings
 
 
@@ -110,6 +112,7 @@ def bind_api(
     settings = load_bind_api_config(config)
     preflight.ca_file(settings.issuer_ca, f"{config}: oidc.ca")
     preflight.certificate_pair(settings.tls_cert, settings.tls_key, f"{config}: tls")
+    preflight.listen_address(settings.listen, f"{config}: listen")
     preflight.reach_cluster(settings.control_plane_kubeconfig, f"{config}: controlPlane.kubeconfig")
     logs.configure(log_level.value)
     serve(config)

@@ -1,14 +1,16 @@
 """Checks before a command starts work: can the cluster it names be reached, are the
-certificate files it names usable?
+certificate files it names usable, is its listen address free?
 
 Without them a closed port surfaces deep inside a controller's start as urllib3's
 ``MaxRetryError`` traceback, and a missing CA file as ssl's ``FileNotFoundError`` without a file
-name: neither names the field, the file or the fix.
+name: neither names the field, the file or the fix. And a port in use only made the server's
+thread log an error while the process carried on without health checks or webhooks.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,4 +89,25 @@ def certificate_pair(cert: Path | None, key: Path | None, where: str) -> None:
             f"{where}: cannot load the certificate {cert} with the key {key}: "
             f"{error.strerror or error}",
             "point certFile and keyFile at a PEM certificate and its key",
+        ) from None
+
+
+def listen_address(listen: str, where: str) -> None:
+    """``host:port`` (as ``serving.bounded_config`` splits it) that this process can bind now."""
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit() or int(port) > 65535:
+        raise KlutchError(
+            f"{where}: {listen!r} is not host:port", "write it like 127.0.0.1:8080 or 0.0.0.0:8443"
+        )
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(
+            host.strip("[]") or "127.0.0.1", int(port), type=socket.SOCK_STREAM
+        )[0]
+        with socket.socket(family, kind) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            sock.bind(address)
+    except OSError as error:  # socket.gaierror is one too
+        raise KlutchError(
+            f"{where}: cannot listen on {listen}: {error.strerror or error}",
+            "choose a free port on an address of this host, or stop the process holding it",
         ) from None

@@ -266,3 +266,41 @@ def test_bind_api_certificate_files(
         "oidc: {issuer: https://127.0.0.1:1/dex, audiences: [klutch-bind], ca: ca.crt}\n"
     )
     assert_error(cli("bind-api", "-c", "bind.yaml", cwd=closed), 1, *needles)
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "listen", ["busy", "127.0.0.1:99999", "127.0.0.1:http", "no-such-host.invalid:8080"]
+)
+def test_bind_api_listen_address(closed: Path, busy_port: int, listen: str) -> None:
+    listen = f"127.0.0.1:{busy_port}" if listen == "busy" else listen
+    (closed / "bind.yaml").write_text(
+        f"controlPlane: {{kubeconfig: cp.kubeconfig}}\nlisten: '{listen}'\n"
+        "oidc: {issuer: https://127.0.0.1:1/dex, audiences: [klutch-bind]}\n"
+    )
+    result = cli("bind-api", "-c", "bind.yaml", cwd=closed)
+    assert_error(result, 1, "bind.yaml: listen: ", listen)
+
+
+def test_the_reconciler_refuses_a_port_in_use(
+    tmp_path: Path, stack: StackInfo, busy_port: int
+) -> None:
+    """Before, uvicorn's thread logged the bind error and the reconciler ran on without health
+    checks, metrics or webhooks, saying it served them."""
+    (tmp_path / "config.yaml").write_text(
+        config(stack.clusters["control-plane"].kubeconfig) + f"listen: 127.0.0.1:{busy_port}\n"
+    )
+    result = cli("run", "-c", "config.yaml", cwd=tmp_path)
+    assert_error(
+        result,
+        1,
+        f"config.yaml: listen: cannot listen on 127.0.0.1:{busy_port}: Address already in use",
+        "choose a free port",
+    )

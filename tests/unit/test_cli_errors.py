@@ -4,8 +4,10 @@ how they read, and the kubeconfig checks before the kubernetes client's loader."
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 
+import certifi
 import pytest
 import typer
 import urllib3
@@ -16,6 +18,7 @@ from klutch_gitops.cli import ExplainingTyper
 from klutch_gitops.cli_options import LogLevel
 from klutch_gitops.errors import KlutchError, explain, short_reason, yaml_problem
 from klutch_gitops.kube.client import KubeError, api_client, read_kubeconfig_file
+from klutch_gitops.preflight import ca_file, certificate_pair, listen_address
 
 REFUSED = (
     "<urllib3.connection.HTTPSConnection object at 0x7f>: Failed to establish a new "
@@ -152,3 +155,37 @@ def test_every_command_has_its_library_errors_explained() -> None:
 def test_a_bug_in_a_command_keeps_its_traceback() -> None:
     with pytest.raises(ZeroDivisionError):
         command_raising(ZeroDivisionError())([], standalone_mode=True)
+
+
+def test_a_free_listen_address_passes() -> None:
+    listen_address("127.0.0.1:0", "listen")
+
+
+def test_a_port_in_use_is_refused_before_the_server_starts() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(KlutchError, match=f"c.yaml: listen: cannot listen on 127.0.0.1:{port}"):
+            listen_address(f"127.0.0.1:{port}", "c.yaml: listen")
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:", "127.0.0.1:http", "[::1]:65536"])
+def test_a_listen_address_that_is_not_host_port(listen: str) -> None:
+    with pytest.raises(KlutchError, match="is not host:port"):
+        listen_address(listen, "listen")
+
+
+def test_a_ca_file_that_holds_no_certificate(tmp_path: Path) -> None:
+    (tmp_path / "ca.crt").write_text("not a certificate")
+    with pytest.raises(KlutchError, match=r"oidc.ca: cannot load CA certificates from .*ca.crt"):
+        ca_file(tmp_path / "ca.crt", "oidc.ca")
+    ca_file(Path(certifi.where()), "oidc.ca")
+    ca_file(None, "oidc.ca")
+
+
+def test_a_certificate_without_its_key(tmp_path: Path) -> None:
+    (tmp_path / "tls.key").write_text("")
+    with pytest.raises(KlutchError, match="tls: cannot load the certificate"):
+        certificate_pair(tmp_path / "tls.crt", tmp_path / "tls.key", "tls")
+    certificate_pair(None, None, "tls")
