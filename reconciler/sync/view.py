@@ -61,7 +61,12 @@ class View(Protocol):
     def secret_copies(self) -> list[dict]: ...
     def secret_copy(self, namespace: str, name: str) -> dict | None: ...
     def event(
-        self, resource: Resource, obj: Mapping[str, Any], reason: str, msg: str, type_: str = ...
+        self,
+        resource: Resource,
+        obj: Mapping[str, Any],
+        reason: str,
+        msg: str,
+        type_: str = WARNING,
     ) -> None: ...
 
     # -- Control Plane
