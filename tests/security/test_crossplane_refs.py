@@ -388,7 +388,7 @@ def test_git_cannot_name_a_composite_or_pin_a_revision_or_a_secret_store(
             text = attacker.remote_file("claims/.klutch/reconcile.yaml")
         except Exception:  # not written yet
             return None
-        loaded = yaml.safe_load(text)
+        loaded = yaml.safe_load(text)["registrations"][attacker.spec.name]
         return loaded if len(loaded["rejections"]) == len(attacks) else None
 
     rejections = eventually(report, "the refusals in reconcile.yaml", timeout=SETTLE)["rejections"]
