@@ -5,6 +5,7 @@ repositorybinding-steering.yaml); another tenant's namespace stays closed."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,15 @@ from kubernetes import client
 from typer.testing import CliRunner
 
 from klutch_gitops.apis import REPOSITORY_BINDINGS, REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION
+from klutch_gitops.binder_roles import CLUSTER_ROLES
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, repository_binding
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.inspect import commands
-from klutch_gitops.kube.client import Kube, KubeError, api_client
+from klutch_gitops.kube.client import NAMESPACES, ROLEBINDINGS, Kube, KubeError, api_client
 from klutch_gitops.policies import install_policies, load_policies
+from tests.helm import VALUE_SETS, render
 
 URL = "https://git.example/team.git"
 
@@ -139,3 +143,67 @@ def test_the_tenant_uses_the_cli_with_its_binder_kubeconfig(tenants: tuple[Tenan
         f"{other.consumer}"
     )
     assert "klutch-gitops-repositorybindings-view" in denied.exception.fix
+    missing = runner.invoke(app, ["reconcile", "nosuch", "--kubeconfig", kubeconfig])
+    assert isinstance(missing.exception, KlutchError)
+    assert missing.exception.message == (
+        f"RepositoryBinding nosuch not found in namespace {mine.consumer}"
+    )
+
+
+def test_the_charts_aggregated_roles_reach_view_and_edit(
+    clusters: dict[str, client.ApiClient], cleanup: list[Callable[[], Any]]
+) -> None:
+    """The chart's ClusterRoles, applied to a real Control Plane, join Kubernetes' view and edit
+    through the clusterrole-aggregation controller: a person bound to view in a namespace may list
+    RepositoryBindings there and not patch them; bound to edit, may patch them."""
+    admin = Kube(clusters["control-plane"])
+    for doc in render([VALUE_SETS["default"]]):
+        if doc["kind"] == "ClusterRole" and "repositorybindings" in doc["metadata"]["name"]:
+            admin.apply(CLUSTER_ROLES, doc, field_manager="test-chart")
+            cleanup.append(lambda n=doc["metadata"]["name"]: admin.delete(CLUSTER_ROLES, None, n))
+    namespace = f"rb-{uuid.uuid4().hex[:6]}"
+    admin.create(
+        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    )
+    cleanup.append(lambda: admin.delete(NAMESPACES, None, namespace))
+    for role in ("view", "edit"):
+        admin.create(ROLEBINDINGS, role_binding_to(namespace, role, f"{role}-person"))
+
+    def allowed(user: str, verb: str) -> bool:
+        review = client.AuthorizationV1Api(clusters["control-plane"]).create_subject_access_review(
+            client.V1SubjectAccessReview(
+                spec=client.V1SubjectAccessReviewSpec(
+                    user=user,
+                    resource_attributes=client.V1ResourceAttributes(
+                        namespace=namespace,
+                        verb=verb,
+                        group=REPOSITORY_BINDINGS.group,
+                        resource=REPOSITORY_BINDINGS.plural,
+                    ),
+                )
+            )
+        )
+        return bool(review.status.allowed)
+
+    eventually(
+        lambda: allowed("view-person", "list") and allowed("edit-person", "patch"),
+        "view and edit aggregate the chart's RepositoryBinding roles",
+        30,
+    )
+    assert allowed("view-person", "watch")
+    assert not allowed("view-person", "patch")
+    assert not allowed("edit-person", "delete")  # bindings come and go through the bind API
+
+
+def role_binding_to(namespace: str, cluster_role: str, user: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": cluster_role, "namespace": namespace},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": cluster_role,
+        },
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
