@@ -17,6 +17,7 @@ from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
+import yaml
 
 from klutch_gitops.config import Bot
 from klutch_gitops.errors import KlutchError
@@ -206,11 +207,9 @@ def test_files_mode_writes_and_prunes_status_files(
         "metadata:\n  name: orders\n  namespace: shop\n"
         "status:\n  phase: Ready\n  conditions:\n  - type: Ready\n    status: 'True'\n"
     )
-    report = show(remote, "main", "apps/.klutch/reconcile.yaml")
-    assert (
-        "rejections:\n    - file: apps/bad.yaml\n      document: 0\n      field: spec.plan\n"
-        in (report)
-    )
+    written = show(remote, "main", "apps/.klutch/reconcile.yaml")
+    rejection_entry = "- file: apps/bad.yaml\n      document: 0\n      field: spec.plan\n"
+    assert f"rejections:\n    {rejection_entry}" in written
     assert show(remote, "main", "apps/claims.yaml") == CLAIMS
 
     def fewer(tree: Path) -> dict[str, bytes | None]:
@@ -515,3 +514,32 @@ def test_registrations_note_the_commit_they_reconciled_without_a_commit_on_the_b
     note = git(remote, "notes", f"--ref={NOTES_REF}", "show", source)
     assert note == "shop: '2025-01-02T03:04:05Z'\nshop-staging: '2025-01-02T03:04:05Z'"
     assert git(remote, "log", "-1", "--format=%an", NOTES_REF) == Bot().name
+
+
+RACING_NOTES = """#!/bin/sh
+env -u GIT_QUARANTINE_PATH -u GIT_OBJECT_DIRECTORY -u GIT_ALTERNATE_OBJECT_DIRECTORIES \\
+    git update-ref refs/notes/klutch-gitops "$(git rev-parse refs/racing/notes)"
+rm -- "$0"
+"""
+
+
+def test_a_note_pushed_meanwhile_is_kept(tmp_path: Path, remote: Path, human: Path) -> None:
+    source = git(human, "rev-parse", "HEAD")
+    note_reconciled(
+        Checkout.open_or_clone(str(remote), "main", tmp_path / "a"), source, "a", NOW, Bot()
+    )
+    # Another registration's note, pushed while ours is received: the remote's pre-receive hook
+    # moves the notes ref under our push, which is then rejected ("is at X but expected Y").
+    git(human, "fetch", "--quiet", "origin", f"+{NOTES_REF}:{NOTES_REF}")
+    git(human, "notes", f"--ref={NOTES_REF}", "append", "-m", "c: '2025-01-02T03:04:05Z'", source)
+    git(human, "push", "--quiet", "origin", f"{NOTES_REF}:refs/racing/notes")
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text(RACING_NOTES)
+    hook.chmod(0o755)
+    slept: list[float] = []
+    second = Checkout.open_or_clone(str(remote), "main", tmp_path / "b")
+    note_reconciled(second, source, "b", NOW, Bot(), sleep=slept.append)
+    assert len(slept) == 1  # rejected once, then added to the note pushed meanwhile
+    note = yaml.safe_load(git(remote, "notes", f"--ref={NOTES_REF}", "show", source))
+    assert sorted(note) == ["a", "b", "c"]
+    assert ls_remote(str(remote), "main") == source
