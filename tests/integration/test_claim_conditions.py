@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from klutch_gitops.dev.testkit.claims import POSTGRES, claim, write_status
 from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
 from klutch_gitops.dev.testkit.wait import eventually
-from klutch_gitops.kube.client import EVENTS
+from klutch_gitops.kube.client import EVENTS, KubeError, Resource
 from reconciler.sync import objects
 
 PASSES = 10
@@ -122,3 +124,114 @@ def test_a_standing_deletion_refusal_is_one_event_with_a_bounded_count(tenant: T
     assert still["metadata"]["name"] == refused["metadata"]["name"]
     assert still["count"] == 1  # told again at most every five minutes, not per pass
     assert tenant.control_plane.get(POSTGRES, tenant.mapped, "db") is not None
+
+
+POLICIES = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicy",
+    namespaced=False,
+)
+POLICY_BINDINGS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingadmissionpolicybindings",
+    "ValidatingAdmissionPolicyBinding",
+    namespaced=False,
+)
+
+
+@contextmanager
+def control_plane_refuses_big_plans(tenant: Tenant) -> Iterator[None]:
+    """A ValidatingAdmissionPolicy in the tenant's mapped namespace only (the stack is shared):
+    the Control Plane refuses what the loader accepts, as a provider's webhook would."""
+    name = f"refuse-big-{uuid.uuid4().hex[:8]}"
+    only_ours = {"matchLabels": {"kubernetes.io/metadata.name": tenant.mapped}}
+    rule = {
+        "apiGroups": [POSTGRES.group],
+        "apiVersions": ["*"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": [POSTGRES.plural],
+    }
+    tenant.control_plane.apply(
+        POLICIES,
+        {
+            "apiVersion": POLICIES.api_version,
+            "kind": POLICIES.kind,
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [rule], "namespaceSelector": only_ours},
+                "validations": [
+                    {
+                        "expression": "object.spec.plan != 'postgresql-single-big'",
+                        "message": "no big plans in this namespace",
+                    }
+                ],
+            },
+        },
+    )
+    tenant.control_plane.apply(
+        POLICY_BINDINGS,
+        {
+            "apiVersion": POLICY_BINDINGS.api_version,
+            "kind": POLICY_BINDINGS.kind,
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": only_ours},
+            },
+        },
+    )
+    try:
+        yield
+    finally:
+        tenant.control_plane.delete(POLICY_BINDINGS, None, name)
+        tenant.control_plane.delete(POLICIES, None, name)
+
+
+def big(tenant: Tenant) -> dict:
+    body = tenant.control_plane.get(POSTGRES, tenant.mapped, "db")
+    assert body is not None
+    return {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "metadata": {"name": "db", "namespace": tenant.mapped},
+        "spec": {**body["spec"], "plan": "postgresql-single-big"},
+    }
+
+
+def refused_by_policy(tenant: Tenant) -> bool:
+    try:
+        tenant.control_plane.apply(POSTGRES, big(tenant), dry_run=True, force=True)
+    except KubeError as error:
+        return "no big plans" in error.message
+    return False
+
+
+def test_a_control_plane_refusal_shows_on_the_live_claim_until_it_applies(tenant: Tenant) -> None:
+    applied(tenant)
+    with control_plane_refuses_big_plans(tenant):
+        eventually(lambda: refused_by_policy(tenant), "the admission policy in force")
+        tenant.push(
+            {"claims/db.yaml": claim("db", tenant.namespace, plan="postgresql-single-big")},
+            "a plan the Control Plane refuses",
+        )
+        condition = eventually(
+            lambda: (c := synced(tenant)) and c["status"] == "False" and c, "Synced False"
+        )
+        assert condition["reason"] == "ReconcileError"
+        assert "Control Plane refused" in condition["message"]
+        assert "no big plans" in condition["message"]
+        eventually(lambda: events_of(tenant, "ReconcileError"), "the Warning Event")
+    passes(tenant, 1)  # the policy is gone: the next pass applies
+    eventually(
+        lambda: (
+            (tenant.control_plane.get(POSTGRES, tenant.mapped, "db") or {})["spec"]["plan"]
+            == "postgresql-single-big"
+        ),
+        "the change applied",
+    )
+    eventually(lambda: (synced(tenant) or {}).get("status") == "True", "Synced True again")
