@@ -17,6 +17,7 @@ import yaml
 from bind_api.server import build_server
 from klutch_gitops.bind.client import BindClient
 from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import NAMESPACES, Kube
 from klutch_gitops.logs import JsonFormatter
@@ -92,7 +93,8 @@ def test_bind_and_unbind_log_json_lines_without_credentials(
             consumer = result["consumerNamespace"]
             assert result["repositoryBinding"]
             assert any(b["consumerNamespace"] == consumer for b in api.bindings())
-            api.unbind(consumer)
+            api.unbind(consumer)  # answers 202; the namespaces go meanwhile
+            eventually(lambda: api.unbind_plan(consumer) is None, "the unbind to finish", 120)
     assert Kube(clusters["control-plane"]).get(NAMESPACES, None, consumer) is None
 
     text = json_log.getvalue()
