@@ -175,8 +175,7 @@ class Registrations:
         """A failed write-back is its condition's (WrittenBack); any other failure the pass's."""
         if kind == "writeback":
             log.warning("write-back failed", extra={"repository": name, "error": error})
-            self.reporter.write_back_errors[name] = error
-            self.reporter.write_back_pending.add(name)  # the queue retries it
+            self.reporter.write_back_errors[name] = error  # the queue retries it
             self.report(name, self.errors.get(name))
         else:
             self.synced(name, error)
@@ -198,19 +197,11 @@ class Registrations:
 
     def write_back(self, name: str) -> None:
         """A status commit; its failure is the WrittenBack condition's, retried by the queue."""
-        reporter = self.reporter
-        reporter.write_back_pending.discard(name)
         with metrics.WRITE_BACK_SECONDS.labels(name).time():
             if self.syncs[name].write_back():
                 metrics.COMMITS.labels(name).inc()
-        reporter.write_back_errors.pop(name, None)
+        self.reporter.write_back_errors.pop(name, None)
         self.report(name, self.errors.get(name))  # lastStatusCommit, WrittenBack
-
-    def _enqueue_after(self, key: Key, delay: float) -> None:
-        """The sync's delayed work; a write-back due is reported as pending."""
-        if key[0] == "writeback":
-            self.reporter.write_back_pending.add(key[1])
-        self.queue.add_after(key, delay)
 
     def register(self, name: str) -> None:
         """(Re)start a registration's sync from its spec, or stop it when it went away."""
@@ -240,7 +231,7 @@ class Registrations:
             self.config.bot,
             self.config.batch_window,
             self.queue.add,
-            self._enqueue_after,
+            self.queue.add_after,
         )
         self.watch_source(name, spec.url, spec.branch)
         self.queue.add(("sync", name))

@@ -35,7 +35,6 @@ class Reporter:
         self.status = status
         self.shown: dict[str, tuple[str, dict[str, Any]]] = {}  # name -> (source, status)
         self.write_back_errors: dict[str, str] = {}
-        self.write_back_pending: set[str] = set()
         self.handled: dict[str, str] = {}  # name -> the reconcile request its last pass answered
         self.konnector_warnings: dict[str, str] = {}  # name -> conflict last evented
 
@@ -53,7 +52,6 @@ class Reporter:
             conflicts=self._konnector_conflicts(spec, sync) if sync else "",
             fetch_error=sync.fetch_error if sync else None,
             write_back_error=self.write_back_errors.get(name),
-            write_back_pending=name in self.write_back_pending,
             suspended=spec.suspend,
             resume_hint=resume_hint(spec.source, name),
             handled_reconcile_at=self.handled.get(name),
@@ -73,7 +71,6 @@ class Reporter:
         """A registration that went: no status shown, no metrics."""
         for found in (self.shown, self.write_back_errors, self.handled, self.konnector_warnings):
             found.pop(name, None)
-        self.write_back_pending.discard(name)
         metrics.forget(name)
 
     def registrations(self) -> list[dict[str, Any]]:

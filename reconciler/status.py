@@ -57,7 +57,6 @@ class Report:
     conflicts: str = ""  # foreign konnectors, "" when none
     fetch_error: str | None = None  # the last fetch failed with this
     write_back_error: str | None = None  # the last write-back failed with this
-    write_back_pending: bool = False  # a write-back is queued
     suspended: bool = False
     resume_hint: str = ""  # how a person resumes a suspended registration
     handled_reconcile_at: str | None = None  # the reconcile request the last pass answered
@@ -217,8 +216,8 @@ def step_conditions(report: Report) -> list[dict[str, Any]]:
 def written_back(report: Report) -> dict[str, Any]:
     if report.write_back_error:
         return condition("WrittenBack", False, "WriteBackFailed", report.write_back_error)
-    if report.write_back_pending or report.last_pass is None:
-        return condition("WrittenBack", None, "Pending", "a status write-back is due")
+    if report.last_pass is None:
+        return condition("WrittenBack", None, "Pending", "no pass has observed anything yet")
     if report.last_status_commit:
         return condition(
             "WrittenBack", True, "WrittenBack", f"status committed {report.last_status_commit[:12]}"

@@ -40,6 +40,17 @@ class Bound:
     clone: Path
     reconciler: Reconciler
     generation: int
+    mapped: str  # the App namespace's on the Control Plane
+
+    def annotate(self, key: str, value: str | None) -> None:
+        """What ``kubectl annotate`` does: a merge patch of one annotation (None removes it)."""
+        patch = {"metadata": {"annotations": {key: value}}}
+        self.admin.patch(REPOSITORY_BINDINGS, self.consumer, "team", patch)
+
+    def conditions(self) -> dict[str, str]:
+        """The live conditions as {type: "Status/Reason"}."""
+        found = by_type(self.live().get("status"))
+        return {kind: f"{c['status']}/{c['reason']}" for kind, c in found.items()}
 
     @property
     def registration(self) -> str:
@@ -72,7 +83,12 @@ class Bound:
             self.reconciler.queue.add(("sync", self.registration))
         time.sleep(1.5)
         after = self.live()
-        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+        moved = {
+            key: (before["status"].get(key), value)
+            for key, value in after["status"].items()
+            if before["status"].get(key) != value
+        }
+        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"], moved
         ready_time = by_type(after["status"])["Ready"]["lastTransitionTime"]
         assert ready_time == by_type(before["status"])["Ready"]["lastTransitionTime"]
         return after
@@ -85,9 +101,10 @@ def bound(
     cleanup: list[Callable[[], Any]],
     git_server: GitServer,
     files: dict[str, Callable[[str], str]],
+    **config: Any,
 ) -> Bound:
     """A consumer, a repository holding ``files`` (each made for the App namespace) and a
-    RepositoryBinding of it."""
+    RepositoryBinding of it; ``config`` overrides the reconciler's settings (pollInterval...)."""
     tenant = make_tenant(stack, clusters, tmp_path, start=False)  # a bound consumer
     remote, clone = bare_repo(tmp_path, "status", git_server.root)
     admin, consumer = tenant.control_plane, tenant.consumer
@@ -98,7 +115,8 @@ def bound(
     admin.create(SECRETS, kubeconfig_secret("binder", consumer, binder.read_text()))
     push(clone, {name: text(tenant.namespace) for name, text in files.items()}, "claims")
     reconciler = start(
-        replace(tenant.config, repositories=(), work_dir=tmp_path / "status-work"), cleanup
+        replace(tenant.config, repositories=(), work_dir=tmp_path / "status-work", **config),
+        cleanup,
     )
     created = admin.create(
         REPOSITORY_BINDINGS,
@@ -106,7 +124,9 @@ def bound(
     )
     cleanup.append(lambda: admin.delete(REPOSITORY_BINDINGS, consumer, "team"))
     generation = created["metadata"]["generation"]
-    return Bound(admin, consumer, tenant.namespace, remote, clone, reconciler, generation)
+    return Bound(
+        admin, consumer, tenant.namespace, remote, clone, reconciler, generation, tenant.mapped
+    )
 
 
 def test_a_synced_binding_reports_and_then_writes_nothing_new(
@@ -124,6 +144,8 @@ def test_a_synced_binding_reports_and_then_writes_nothing_new(
     assert found["Ready"]["reason"] == "Synced"
     assert (found["Stalled"]["status"], found["SecretValid"]["status"]) == ("False", "True")
     assert found["KonnectorConflict"]["status"] == "False"
+    assert (found["Fetched"]["status"], found["Applied"]["status"]) == ("True", "True")
+    assert found["Fetched"]["message"] == f"fetched {status['lastFetchedCommit'][:12]}"
     assert (status["claims"], status["rejected"]) == (1, 0)
     assert status["observedGeneration"] == binding.generation
     assert {c["observedGeneration"] for c in status["conditions"]} == {binding.generation}
@@ -166,3 +188,25 @@ def test_refused_documents_stall_the_binding_until_fixed(
     assert (status["claims"], status["rejected"]) == (2, 0)
     assert "refusals" not in status
     assert found["Ready"]["lastTransitionTime"] >= ready_time
+
+
+def test_a_refused_push_stalls_a_ready_binding_naming_the_document(
+    stack: StackInfo,
+    clusters: dict[str, client.ApiClient],
+    tmp_path: Path,
+    cleanup: list[Callable[[], Any]],
+    git_server: GitServer,
+) -> None:
+    files = {"claims/good.yaml": lambda namespace: claim("good", namespace)}
+    binding = bound(stack, clusters, tmp_path, cleanup, git_server, files)
+    eventually(lambda: binding.settled("True"), "Ready=True with the head applied", 60)
+
+    pushed = push(binding.clone, {"claims/bad.yaml": claim("bad", "not-ours")}, "a bad claim")
+    live = eventually(lambda: binding.settled("False"), "Ready=False for the pushed document", 60)
+    found = by_type(live["status"])
+    assert git(binding.remote, "merge-base", "--is-ancestor", pushed, "main") == ""
+    assert (found["Ready"]["reason"], found["Stalled"]["status"]) == ("DocumentsRefused", "True")
+    assert "the first: claims/bad.yaml#0" in found["Ready"]["message"]  # file and document
+    assert found["Stalled"]["message"] == found["Ready"]["message"]
+    assert found["Applied"]["status"] == "True"  # the good claim is applied: the loader refused
+    assert live["status"]["refusals"][0]["file"] == "claims/bad.yaml"

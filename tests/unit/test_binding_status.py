@@ -139,8 +139,8 @@ def test_each_step_of_the_pass_has_a_condition() -> None:
     assert found["WrittenBack"] == "True/UpToDate"
     committed = statuses(Report(**{**DONE.__dict__, "last_status_commit": "c" * 40}))
     assert committed["WrittenBack"] == "True/WrittenBack"
-    pending = statuses(Report(**{**DONE.__dict__, "write_back_pending": True}))
-    assert pending["WrittenBack"] == "Unknown/Pending"
+    before_a_pass = statuses(Report(generation=1, registered=True, head=HEAD))
+    assert before_a_pass["WrittenBack"] == "Unknown/Pending"
     assert "Fetched" not in statuses(Report(generation=1))  # nothing runs yet
 
 

@@ -1,0 +1,102 @@
+"""A tenant steers its RepositoryBinding with annotations, end to end on the real stack: a new
+``requestedAt`` value fetches and applies at once and is answered in ``lastHandledReconcileAt``;
+``suspend`` stops every change until it is lifted, and the status says so."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from klutch_gitops.apis import REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION
+from klutch_gitops.dev.localstack.stack import StackInfo
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim
+from klutch_gitops.dev.testkit.wait import eventually
+from tests.gitserver import GitServer
+
+from .test_binding_status import Bound, bound
+from .test_reconciler_modes import push
+
+QUIET = 4.0  # seconds in which nothing may happen: several one-second polls
+
+
+def first_claim(namespace: str) -> str:
+    return claim("first", namespace)
+
+
+def mirrored(binding: Bound, name: str) -> bool:
+    return binding.admin.get(POSTGRES, binding.mapped, name) is not None
+
+
+def test_a_reconcile_request_applies_a_commit_nothing_else_would_fetch(
+    stack: StackInfo,
+    clusters: dict[str, client.ApiClient],
+    tmp_path: Path,
+    cleanup: list[Callable[[], Any]],
+    git_server: GitServer,
+) -> None:
+    # Polls once an hour and no webhook: after the first fetch only the request fetches again.
+    files = {"claims/first.yaml": first_claim}
+    binding = bound(stack, clusters, tmp_path, cleanup, git_server, files, poll_interval=3600.0)
+    eventually(lambda: mirrored(binding, "first"), "the first claim mirrored", 60)
+    eventually(lambda: binding.conditions().get("Ready") == "True/Synced", "Ready", 60)
+
+    push(binding.clone, {"claims/second.yaml": claim("second", binding.namespace)}, "second")
+    time.sleep(QUIET)
+    assert not mirrored(binding, "second")  # nothing fetched it
+
+    # Flux's contract (fluxcd/pkg runtime/predicates/reconcile_requested.go and apis/meta
+    # annotations.go): any new value asks for a reconcile, the status echoes the value handled.
+    asked = time.monotonic()
+    binding.annotate(REQUESTED_AT_ANNOTATION, "2026-11-24T23:00:00Z")
+    status = eventually(
+        lambda: (
+            (s := binding.live().get("status") or {}).get("lastHandledReconcileAt")
+            == "2026-11-24T23:00:00Z"
+            and s
+        ),
+        "the request answered",
+        30,
+    )
+    answered = time.monotonic() - asked
+    assert mirrored(binding, "second")  # the pass that answered applied the new commit
+    assert status["claims"] == 2
+    print(f"requestedAt answered after {answered:.2f}s")  # a figure for the log, not asserted
+
+    binding.assert_quiet()  # the same value again asks for nothing more
+    assert binding.live()["status"]["lastHandledReconcileAt"] == "2026-11-24T23:00:00Z"
+
+
+def test_a_suspended_binding_applies_nothing_until_resumed(
+    stack: StackInfo,
+    clusters: dict[str, client.ApiClient],
+    tmp_path: Path,
+    cleanup: list[Callable[[], Any]],
+    git_server: GitServer,
+) -> None:
+    files = {"claims/first.yaml": first_claim}
+    binding = bound(stack, clusters, tmp_path, cleanup, git_server, files)  # one-second polls
+    eventually(lambda: binding.conditions().get("Ready") == "True/Synced", "Ready", 60)
+
+    binding.annotate(SUSPEND_ANNOTATION, "true")
+    eventually(
+        lambda: binding.conditions().get("Ready") == "Unknown/Suspended", "Ready=Suspended", 30
+    )
+    found = binding.conditions()
+    assert (found["Reconciling"], found["Stalled"]) == ("False/Suspended", "False/NotStalled")
+    ready = binding.live()["status"]["conditions"]
+    message = next(c["message"] for c in ready if c["type"] == "Ready")
+    assert f"klutch-gitops resume {binding.consumer}/team" in message
+    assert binding.live()["status"]["claims"] == 1  # the last pass's figures stay
+
+    push(binding.clone, {"claims/second.yaml": claim("second", binding.namespace)}, "second")
+    time.sleep(QUIET)
+    assert not mirrored(binding, "second")
+    assert binding.conditions()["Ready"] == "Unknown/Suspended"
+
+    binding.annotate(SUSPEND_ANNOTATION, None)  # resume: what changed meanwhile is applied
+    eventually(lambda: mirrored(binding, "second"), "the change made while suspended", 60)
+    eventually(lambda: binding.conditions().get("Ready") == "True/Synced", "Ready again", 60)
