@@ -47,10 +47,9 @@ def note_reconciled(
             sleep(min(5.0, 0.2 * 2**attempt))
         _fetch_notes(checkout)
         entries = dict(_entries(_git(checkout, "notes", "--ref", NOTES_REF, "show", sha)))
-        stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
-        if entries.get(registration) == stamp:
-            return
-        entries[registration] = stamp
+        if registration in entries:
+            return  # noted already (say, before a restart): nothing to push
+        entries[registration] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
         text = yaml.safe_dump(dict(sorted(entries.items())), default_flow_style=False)
         who = {
             f"GIT_{role}_{part}": value
@@ -61,7 +60,10 @@ def note_reconciled(
             checkout, "notes", "--ref", NOTES_REF, "add", "-f", "-m", text, sha, env=who
         )
         if status != 0:
-            raise KlutchError(f"git notes add failed in {checkout.root}: {err.strip()}")
+            raise KlutchError(
+                f"git notes add failed in {checkout.root}: {err.strip()}",
+                fix="deleting the working clone is safe, it is made again",
+            )
         refspec = f"{NOTES_REF}:{NOTES_REF}"
         status, out, err = _git(checkout, "push", "--porcelain", "origin", refspec)
         if status == 0:
@@ -80,11 +82,16 @@ def note_reconciled(
 
 def _fetch_notes(checkout: Checkout) -> None:
     """Take the remote's notes ref as ours (ours holds nothing the remote lacks once pushed)."""
-    status, _, err = _git(checkout, "fetch", "--quiet", "origin", f"+{NOTES_REF}:{NOTES_REF}")
+    status, _, err = _git(
+        checkout, "fetch", "--quiet", "--no-write-fetch-head", "origin", f"+{NOTES_REF}:{NOTES_REF}"
+    )
     if status == 0:
         return
     if "couldn't find remote ref" not in err:
-        raise KlutchError(f"git fetch {NOTES_REF} from {checkout.url} failed: {err.strip()}")
+        raise KlutchError(
+            f"git fetch {NOTES_REF} from {checkout.url} failed: {err.strip()}",
+            fix="check the repository URL, the credentials and the network",
+        )
     _git(checkout, "update-ref", "-d", NOTES_REF)  # nothing noted on the remote yet
 
 
