@@ -142,7 +142,9 @@ class Recorder(Kube):
 
     def create(self, resource: Resource, obj: Mapping[str, Any]) -> dict:
         self.created.append(dict(obj))
-        return dict(obj)
+        # named from generateName, as the apiserver does: the recorder patches repeats by name
+        meta = {**obj["metadata"], "name": f"{obj['metadata']['generateName']}{len(self.created)}"}
+        return {**obj, "metadata": meta}
 
 
 def renewer(settings: TokenRenewal, cached: dict[str, Any]) -> tuple[TokenRenewer, Recorder]:
