@@ -38,19 +38,39 @@ def reach_cluster(kubeconfig: Path, what: str, context: str | None = None) -> No
         with _quiet_retries():
             client.VersionApi(api).get_code(_request_timeout=TIMEOUT_SECONDS)
     except urllib3.exceptions.HTTPError as error:
-        reason = short_reason(getattr(error, "reason", None) or error)
-        raise KlutchError(
-            f"{what}: cannot reach {server} (kubeconfig {kubeconfig}): {reason}",
-            f"start the cluster, or fix the server URL in {kubeconfig}",
-        ) from None
+        raise unreachable(error, server, kubeconfig, what) from None
     except ApiException as error:
-        raise KlutchError(
-            f"{what}: {server} refused the credentials of kubeconfig {kubeconfig}: "
-            f"{error.status} {error.reason}",
-            f"renew the credentials in {kubeconfig}",
-        ) from None
+        raise refused(error, server, kubeconfig, what) from None
     finally:
         api.close()
+
+
+def unreachable(
+    error: urllib3.exceptions.HTTPError, server: str, kubeconfig: Path, what: str
+) -> KlutchError:
+    """No answer: a closed port, a name that does not resolve, a certificate not trusted."""
+    reason = getattr(error, "reason", None) or error
+    fix = f"start the cluster, or fix the server URL in {kubeconfig}"
+    if isinstance(reason, urllib3.exceptions.SSLError):
+        reason = reason.args[0] if reason.args else reason  # ssl's own: [SSL: …] …
+        fix = f"fix certificate-authority(-data) of the cluster in {kubeconfig}"
+    return KlutchError(
+        f"{what}: cannot reach {server} (kubeconfig {kubeconfig}): {short_reason(reason)}", fix
+    )
+
+
+def refused(error: ApiException, server: str, kubeconfig: Path, what: str) -> KlutchError:
+    """An answer, but not the version: unknown credentials (401), or not an API server."""
+    answer = f"{error.status} {error.reason}"
+    if error.status == 401:
+        return KlutchError(
+            f"{what}: {server} refused the credentials of kubeconfig {kubeconfig}: {answer}",
+            f"renew the credentials in {kubeconfig}",
+        )
+    return KlutchError(
+        f"{what}: {server} (kubeconfig {kubeconfig}) answered GET /version with {answer}",
+        f"point the server URL in {kubeconfig} at the Kubernetes API server",
+    )
 
 
 @contextmanager

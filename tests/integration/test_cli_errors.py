@@ -5,6 +5,7 @@ closed port, and the stack's Control Plane for credentials it refuses."""
 
 from __future__ import annotations
 
+import base64
 import socket
 import subprocess
 import sys
@@ -200,17 +201,19 @@ def test_an_unreadable_password_file_names_the_option(closed: Path) -> None:
     assert_error(result, 1, "--postgres-password-file: cannot read nope", "readable file")
 
 
+def control_plane_copy(stack: StackInfo, path: Path, *, user: dict, cluster: dict) -> None:
+    """The stack's Control Plane kubeconfig with the user and cluster fields changed."""
+    kubeconfig = yaml.safe_load(Path(stack.clusters["control-plane"].kubeconfig).read_text())
+    for entry in kubeconfig["users"]:
+        entry["user"] = user
+    for entry in kubeconfig["clusters"]:
+        entry["cluster"].update(cluster)
+    path.write_text(yaml.safe_dump(kubeconfig))
+
+
 def test_credentials_the_control_plane_refuses(tmp_path: Path, stack: StackInfo) -> None:
     """A reachable Control Plane that does not know the kubeconfig's token: 401 at start."""
-    real = yaml.safe_load(Path(stack.clusters["control-plane"].kubeconfig).read_text())
-    real["users"] = [{"name": u["name"], "user": {"token": "not-a-token"}} for u in real["users"]]
-    for cluster in real["clusters"]:  # a relative certificate path would break the copy
-        ca = cluster["cluster"].get("certificate-authority")
-        if ca:
-            cluster["cluster"]["certificate-authority"] = str(
-                Path(stack.clusters["control-plane"].kubeconfig).parent / ca
-            )
-    (tmp_path / "cp.kubeconfig").write_text(yaml.safe_dump(real))
+    control_plane_copy(stack, tmp_path / "cp.kubeconfig", user={"token": "not-a-token"}, cluster={})
     (tmp_path / "config.yaml").write_text(config("cp.kubeconfig"))
     result = cli("run", "-c", "config.yaml", cwd=tmp_path)
     assert_error(
@@ -219,6 +222,27 @@ def test_credentials_the_control_plane_refuses(tmp_path: Path, stack: StackInfo)
         "config.yaml: controlPlane.kubeconfig: ",
         "refused the credentials of kubeconfig cp.kubeconfig: 401",
         "fix: renew the credentials in cp.kubeconfig",
+    )
+
+
+def test_a_control_plane_certificate_not_trusted(tmp_path: Path, stack: StackInfo) -> None:
+    """The kubeconfig trusts other CAs (here: the public ones) than the one that signed the
+    Control Plane's certificate."""
+    public = base64.b64encode(Path(certifi.where()).read_bytes()).decode()
+    control_plane_copy(
+        stack,
+        tmp_path / "cp.kubeconfig",
+        user={"token": "t"},
+        cluster={"certificate-authority-data": public},
+    )
+    (tmp_path / "config.yaml").write_text(config("cp.kubeconfig"))
+    result = cli("run", "-c", "config.yaml", cwd=tmp_path)
+    assert_error(
+        result,
+        1,
+        f"cannot reach {stack.clusters['control-plane'].url} (kubeconfig cp.kubeconfig)",
+        "(kubeconfig cp.kubeconfig): [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed",
+        "fix: fix certificate-authority(-data) of the cluster in cp.kubeconfig",
     )
 
 
