@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 from pathlib import Path
 
 import certifi
@@ -12,13 +13,15 @@ import pytest
 import typer
 import urllib3
 import yaml
+from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from klutch_gitops.cli import ExplainingTyper
 from klutch_gitops.cli_options import LogLevel
 from klutch_gitops.errors import KlutchError, explain, short_reason, yaml_problem
 from klutch_gitops.kube.client import KubeError, api_client, read_kubeconfig_file
-from klutch_gitops.preflight import ca_file, certificate_pair, listen_address
+from klutch_gitops.preflight import ca_file, certificate_pair, listen_address, unreachable
+from klutch_gitops.preflight import refused as refused_by
 
 REFUSED = (
     "<urllib3.connection.HTTPSConnection object at 0x7f>: Failed to establish a new "
@@ -189,3 +192,20 @@ def test_a_certificate_without_its_key(tmp_path: Path) -> None:
     with pytest.raises(KlutchError, match="tls: cannot load the certificate"):
         certificate_pair(tmp_path / "tls.crt", tmp_path / "tls.key", "tls")
     certificate_pair(None, None, "tls")
+
+
+def test_an_untrusted_certificate_points_at_the_ca_not_the_url() -> None:
+    ssl_error = urllib3.exceptions.SSLError(ssl.SSLCertVerificationError(1, "[SSL] verify failed"))
+    error = urllib3.exceptions.MaxRetryError(None, "/version", ssl_error)
+    explained = unreachable(error, "https://cp:6443", Path("cp.kubeconfig"), "c.yaml: f")
+    assert explained.message.startswith("c.yaml: f: cannot reach https://cp:6443")
+    assert "certificate-authority" in explained.fix
+    assert "server URL" in unreachable(refused(), "https://cp", Path("k"), "f").fix
+
+
+@pytest.mark.parametrize(
+    ("status", "fix"), [(401, "renew the credentials in k"), (404, "Kubernetes API server")]
+)
+def test_an_answer_that_is_not_the_version(status: int, fix: str) -> None:
+    error = ApiException(status=status, reason="No")
+    assert fix in refused_by(error, "https://cp", Path("k"), "f").fix
