@@ -156,13 +156,12 @@ def local_provider(
     log_level: LogLevelOption = LogLevel.info,
 ) -> None:
     """LocalDatabase, LocalUser, LocalBackup and LocalRestore on a PostgreSQL server."""
-    from klutch_gitops import logs
+    from klutch_gitops import logs, preflight
     from klutch_gitops.config import SecretRef
     from klutch_gitops.dev.local_provider.provider import LocalProvider, bootstrap, serve_health
     from klutch_gitops.dev.localstack.postgres import bin_dir
     from klutch_gitops.errors import KlutchError
     from klutch_gitops.kube.client import Kube, api_client
-    from klutch_gitops.preflight import reach_cluster
     from klutch_gitops.settings import secret_value
 
     if postgres_host and postgres_password_file is None:
@@ -181,7 +180,9 @@ def local_provider(
         if postgres_host and postgres_password_file
         else ""
     )
-    reach_cluster(kubeconfig, "--kubeconfig", context)
+    preflight.programs(pg_bin_dir, "--pg-bin-dir", ("pg_dump", "pg_restore"))
+    preflight.directory(backup_dir, "--backup-dir")
+    preflight.reach_cluster(kubeconfig, "--kubeconfig", context)
     logs.configure(log_level.value)
     kube = Kube(api_client(kubeconfig, context))
     provider = LocalProvider(  # installs its CRDs (Established) before anything uses them

@@ -10,6 +10,7 @@ thread log an error while the process carried on without health checks or webhoo
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import ssl
 from collections.abc import Iterator
@@ -131,3 +132,21 @@ def listen_address(listen: str, where: str) -> None:
             f"{where}: cannot listen on {listen}: {error.strerror or error}",
             "choose a free port on an address of this host, or stop the process holding it",
         ) from None
+
+
+def programs(directory: Path | None, where: str, names: tuple[str, ...]) -> None:
+    """``directory`` (if given) holds each of ``names`` as an executable file."""
+    if directory is None:
+        return
+    missing = [n for n in names if not os.access(directory / n, os.X_OK)]
+    if missing:
+        raise KlutchError(
+            f"{where}: {directory} holds no executable {', '.join(missing)}",
+            "point it at PostgreSQL's bin directory, e.g. /usr/lib/postgresql/16/bin",
+        )
+
+
+def directory(path: Path | None, where: str) -> None:
+    """``path`` (if given) is a directory, or not there yet (it is made when needed)."""
+    if path is not None and path.exists() and not path.is_dir():
+        raise KlutchError(f"{where}: {path} is not a directory", "name a directory")

@@ -328,3 +328,17 @@ def test_the_reconciler_refuses_a_port_in_use(
         f"config.yaml: listen: cannot listen on 127.0.0.1:{busy_port}: Address already in use",
         "choose a free port",
     )
+
+
+@pytest.mark.parametrize(
+    ("option", "needle"),
+    [
+        ("--pg-bin-dir", "config.yaml holds no executable pg_dump, pg_restore"),
+        ("--backup-dir", "config.yaml is not a directory"),
+    ],
+)
+def test_local_provider_directories(closed: Path, option: str, needle: str) -> None:
+    result = cli(
+        "local-provider", "--kubeconfig", "cp.kubeconfig", option, "config.yaml", cwd=closed
+    )
+    assert_error(result, 1, f"{option}: ", needle)

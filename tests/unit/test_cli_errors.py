@@ -20,7 +20,14 @@ from klutch_gitops.cli import ExplainingTyper
 from klutch_gitops.cli_options import LogLevel
 from klutch_gitops.errors import KlutchError, explain, short_reason, yaml_problem
 from klutch_gitops.kube.client import KubeError, api_client, read_kubeconfig_file
-from klutch_gitops.preflight import ca_file, certificate_pair, listen_address, unreachable
+from klutch_gitops.preflight import (
+    ca_file,
+    certificate_pair,
+    directory,
+    listen_address,
+    programs,
+    unreachable,
+)
 from klutch_gitops.preflight import refused as refused_by
 
 REFUSED = (
@@ -209,3 +216,20 @@ def test_an_untrusted_certificate_points_at_the_ca_not_the_url() -> None:
 def test_an_answer_that_is_not_the_version(status: int, fix: str) -> None:
     error = ApiException(status=status, reason="No")
     assert fix in refused_by(error, "https://cp", Path("k"), "f").fix
+
+
+def test_a_bin_directory_without_the_programs(tmp_path: Path) -> None:
+    (tmp_path / "pg_dump").write_text("")
+    (tmp_path / "pg_dump").chmod(0o755)
+    (tmp_path / "pg_restore").write_text("")  # not executable
+    with pytest.raises(KlutchError, match=r"holds no executable pg_restore\n"):
+        programs(tmp_path, "--pg-bin-dir", ("pg_dump", "pg_restore"))
+    (tmp_path / "pg_restore").chmod(0o755)
+    programs(tmp_path, "--pg-bin-dir", ("pg_dump", "pg_restore"))
+
+
+def test_a_directory_may_be_absent_but_not_a_file(tmp_path: Path) -> None:
+    directory(tmp_path / "later", "--backup-dir")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(KlutchError, match=r"--backup-dir: .*file is not a directory"):
+        directory(tmp_path / "file", "--backup-dir")
