@@ -127,7 +127,8 @@ def test_rbac_names_every_verb_and_resource(rendered: tuple[str, list[dict]]) ->
     leases = 1 if name in ("replicas", "shards") else 0  # the reconcilers' Leases' Role
     sessions = 1 if name in ("replicas", "tls") else 0  # the browser flow's used sessions' Role
     binder = 2  # klutch-binder-consumer and klutch-binder-claimed-secrets (catalog/rbac)
-    assert len(roles) == 2 + binder + leases + sessions
+    aggregated = 2  # klutch-gitops-repositorybindings-view and -edit (repositorybinding-roles.yaml)
+    assert len(roles) == 2 + binder + leases + sessions + aggregated
     for role in roles:
         for rule in role["rules"]:
             for key in ("apiGroups", "resources", "verbs"):
@@ -438,6 +439,7 @@ def test_components_can_be_left_out() -> None:
         "bind-api",
         "binder",
         "kubeconfig",
+        "repositorybindings",
     }
     docs = render(set_values=["bindApi.enabled=false"])  # no issuer needed then
     assert "bind-api" not in {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in docs}

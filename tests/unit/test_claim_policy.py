@@ -6,6 +6,7 @@ from klutch_gitops.policies import POLICY_DIR, RESOURCES, load_policies
 from tests.helm import CHART, VALUE_SETS, render
 
 POLICY = "klutch-gitops-claim-references"
+STEERING = "klutch-gitops-repositorybinding-steering"  # repositorybinding-steering.yaml
 
 
 def test_the_charts_policies_are_the_catalogs() -> None:
@@ -23,12 +24,14 @@ def test_policies_come_before_their_bindings() -> None:
     policies = load_policies()
     assert [(p["kind"], p["metadata"]["name"]) for p in policies] == [
         ("ValidatingAdmissionPolicy", POLICY),
+        ("ValidatingAdmissionPolicy", STEERING),
         ("ValidatingAdmissionPolicyBinding", POLICY),
+        ("ValidatingAdmissionPolicyBinding", STEERING),
     ]
     assert {p["kind"] for p in policies} <= set(RESOURCES)
-    (binding,) = [p for p in policies if p["kind"] == "ValidatingAdmissionPolicyBinding"]
-    assert binding["spec"]["policyName"] == POLICY
-    assert binding["spec"]["validationActions"] == ["Deny"]
+    for binding in [p for p in policies if p["kind"] == "ValidatingAdmissionPolicyBinding"]:
+        assert binding["spec"]["policyName"] == binding["metadata"]["name"]
+        assert binding["spec"]["validationActions"] == ["Deny"]
 
 
 def test_the_chart_renders_the_policy_and_lets_the_reconciler_apply_it_by_name() -> None:
@@ -36,7 +39,7 @@ def test_the_chart_renders_the_policy_and_lets_the_reconciler_apply_it_by_name()
     rendered = [doc for doc in docs if doc["kind"] in RESOURCES]
     for doc in rendered:  # the chart's labels on the same objects the reconciler applies
         assert doc["metadata"].pop("labels")["app.kubernetes.io/component"] == "reconciler"
-    assert rendered == load_policies()
+    assert sorted(rendered, key=lambda d: d["kind"]) == load_policies()
     (role,) = [
         doc
         for doc in docs
@@ -48,5 +51,5 @@ def test_the_chart_renders_the_policy_and_lets_the_reconciler_apply_it_by_name()
         "apiGroups": ["admissionregistration.k8s.io"],
         "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
         "verbs": ["get", "create", "patch"],
-        "resourceNames": [POLICY],
+        "resourceNames": [POLICY, STEERING],
     }
