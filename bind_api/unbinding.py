@@ -17,14 +17,12 @@ from klutch_gitops.apis import (
     API_SERVICE_EXPORTS,
     API_SERVICE_NAMESPACES,
     CONSUMER_LABEL,
+    DELETION_PROTECTION,
     IDENTITY_ANNOTATION,
 )
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import NAMESPACES, Kube, KubeError, Resource
 
-# The reconciler's annotation (reconciler/sync/objects.py DELETION_PROTECTION, kept equal by
-# tests/unit/test_unbind_plan.py): "true" on a claim means it must never be deleted by accident.
-DELETION_PROTECTION = "gitops.klutch.anynines.com/deletion-protection"
 SHOWN_PROTECTED = 5  # a refusal names this many protected claims, then counts the rest
 
 

@@ -76,9 +76,13 @@ def plan(view: View, claim: Claim, source: Source) -> Write | None:
     target = view.mapping.get(ident.namespace)
     cp_body = None
     if target is not None:
-        copy = objects.control_plane_object(claim, target)
+        protected = objects.deletion_protected(claim.body) or (
+            live is not None and objects.deletion_protected(live)
+        )
+        copy = objects.control_plane_object(claim, target, protected)
         upstream = view.cp_claim(export, target, ident.name)
-        cp_body = copy if objects.needs_apply(copy, upstream) else None
+        stale = objects.protection_differs(copy, upstream)
+        cp_body = copy if stale or objects.needs_apply(copy, upstream) else None
     if app_body is None and cp_body is None:
         return None
     return Write(claim, claim_resource(export, claim), app_body, cp_body)

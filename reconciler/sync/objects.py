@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from klutch_gitops.apis import DELETION_PROTECTION
 from klutch_gitops.kube.events import timestamp
 from klutch_gitops.manifests import Claim, Identity
 from reconciler.sync import events
@@ -24,7 +25,6 @@ PATH_ANNOTATION = f"{PREFIX}/path"
 FILE_ANNOTATION = f"{PREFIX}/file"
 COMMIT_ANNOTATION = f"{PREFIX}/commit"
 SPEC_HASH_ANNOTATION = f"{PREFIX}/spec-hash"
-DELETION_PROTECTION = f"{PREFIX}/deletion-protection"
 FINALIZER = "klutch.anynines.com/syncer"
 BOUND_ANNOTATION = "klutch.anynines.com/bound"
 RESOURCE_OWNER = "klutch.anynines.com/resource-owner"
@@ -80,9 +80,22 @@ def app_object(
     return body
 
 
-def control_plane_object(claim: Claim, namespace: str) -> dict[str, Any]:
-    """The Control Plane copy in the mapped namespace: spec and the person's own metadata."""
-    return control_plane_body(claim.body, namespace)
+def control_plane_object(claim: Claim, namespace: str, protected: bool = False) -> dict[str, Any]:
+    """The Control Plane copy in the mapped namespace: spec and the person's own metadata.
+    ``protected``: the claim is deletion-protected (in Git or on the live App object); the copy
+    says so, where the bind API sees it and refuses an unforced unbind (bind_api/unbinding.py)."""
+    body = control_plane_body(claim.body, namespace)
+    if protected:
+        body["metadata"]["annotations"][DELETION_PROTECTION] = "true"
+    return body
+
+
+def protection_differs(copy: Mapping[str, Any], upstream: Mapping[str, Any] | None) -> bool:
+    """Whether a live Control Plane copy still says deletion-protected after the claim stopped
+    being so (``needs_apply`` checks only what the copy sets, not what it dropped)."""
+    if upstream is None or (upstream.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return deletion_protected(copy) != deletion_protected(upstream)
 
 
 def control_plane_body(document: Mapping[str, Any], namespace: str) -> dict[str, Any]:

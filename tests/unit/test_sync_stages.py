@@ -200,6 +200,21 @@ def test_apply_writes_nothing_when_both_copies_are_in_sync() -> None:
     assert len(view.normal_events) == 1  # nothing applied, nothing told
 
 
+def test_deletion_protection_reaches_the_control_plane_copy_and_leaves_it() -> None:
+    # the bind API reads it there to refuse an unforced unbind (bind_api/unbinding.py)
+    view = mapped_view()
+    apply_claims(view, (claim("db"),), SOURCE)
+    live = view.app[(KIND, APP_NS, "db")]
+    live["metadata"]["annotations"][objects.DELETION_PROTECTION] = "true"  # kubectl annotate
+    apply_claims(view, (claim("db"),), SOURCE)
+    cp = view.cp[(KIND, CP_NS, "db")]
+    assert cp["metadata"]["annotations"][objects.DELETION_PROTECTION] == "true"
+    del live["metadata"]["annotations"][objects.DELETION_PROTECTION]
+    apply_claims(view, (claim("db"),), SOURCE)
+    cp = view.cp[(KIND, CP_NS, "db")]
+    assert objects.DELETION_PROTECTION not in cp["metadata"]["annotations"]
+
+
 def test_a_refused_control_plane_apply_names_its_claim() -> None:
     view = mapped_view()
     view.refuse[("apply", "cp", "db")] = KubeError(422, "Invalid", "spec.plan: Unsupported")

@@ -12,7 +12,6 @@ from bind_api.unbinding import PlannedClaim, UnbindPlan
 from klutch_gitops.bind import unbind
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import Resource
-from reconciler.sync import objects
 
 
 def export(plural: str, versions: list[dict[str, Any]], group: str = "anynines.com") -> dict:
@@ -20,11 +19,6 @@ def export(plural: str, versions: list[dict[str, Any]], group: str = "anynines.c
     return {
         "spec": {"group": group, "names": {"plural": plural, "kind": kind}, "versions": versions}
     }
-
-
-def test_the_annotation_is_the_reconcilers() -> None:
-    # bind_api may not import reconciler/, so the name is written twice; this keeps them equal
-    assert unbinding.DELETION_PROTECTION == objects.DELETION_PROTECTION
 
 
 def test_claim_kinds_come_from_the_exports_at_their_storage_version() -> None:
