@@ -25,6 +25,7 @@ from klutch_gitops.kube.client import Kube
 from klutch_gitops.kube.crds import install_crds, load_crds
 from reconciler.manager import Reconciler
 from reconciler.sync import objects
+from reconciler.sync.notes import NOTES_REF
 
 from .claims import CLAIM_CRDS, live_claims, ready_status, write_status
 from .git import git, new_remote, person_clone
@@ -250,12 +251,21 @@ def report_ready(tenant: Tenant, name: str) -> None:
 
 
 def reconciled(tenant: Tenant) -> str | None:
-    """The source commit that the remote's ``reconcile.yaml`` reports; None before the first."""
+    """The newest commit on main that the tenant's registration noted as reconciled (its git
+    note under refs/notes/klutch-gitops, reconciler/sync/notes.py); None before the first."""
     try:
-        report = tenant.remote_file(f"{tenant.spec.path}/.klutch/reconcile.yaml")
+        listed = git(tenant.remote, "notes", f"--ref={NOTES_REF}", "list").split()
     except subprocess.CalledProcessError:
         return None
-    return yaml.safe_load(report)["sourceCommit"]
+    annotated = set(listed[1::2])  # "<note> <annotated commit>" per line
+    if not annotated:
+        return None
+    for sha in git(tenant.remote, "rev-list", "--first-parent", "main").split():
+        if sha in annotated:
+            note = git(tenant.remote, "notes", f"--ref={NOTES_REF}", "show", sha)
+            if tenant.spec.name in (yaml.safe_load(note) or {}):
+                return sha
+    return None
 
 
 def mirrored(tenant: Tenant, expected: Mapping[str, dict]) -> bool:
