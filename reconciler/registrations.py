@@ -213,8 +213,8 @@ class Registrations:
         if spec is None or spec.suspend or not self.owned(name):
             self.unwatch(name)
             self.errors.pop(name, None)
-            if spec is None:
-                self.reporter.forget(name)
+            if spec is None or not self.owned(name):
+                self.reporter.forget(name)  # gone, or another replica's to report
             elif spec.suspend and self.owned(name):
                 self.report(name, None)  # Suspended, and how to resume
             return
@@ -244,6 +244,7 @@ class Registrations:
                 sync.stop()
             self.unwatch(name)
             self.errors.pop(name, None)
+            self.reporter.forget(name)  # the next holder reports it
 
     def synced(self, name: str, error: str | None) -> None:
         if error is None:
@@ -304,6 +305,9 @@ class Registrations:
                 self.queue.add(("register", name))  # stop what its former spec started
             return
         asked, self.requested[name] = self.requested.get(name), requested_at(obj)
+        handled = (obj.get("status") or {}).get("lastHandledReconcileAt")
+        if handled is not None:  # kept across restarts until a pass answers anew
+            self.reporter.handled.setdefault(name, handled)
         if self.specs.get(name) == spec and name in self.syncs:
             if asked != self.requested[name] and self.requested[name] is not None:
                 self.syncs[name].trigger_fetch()  # reconcile now: fetch and pass
