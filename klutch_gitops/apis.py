@@ -50,6 +50,7 @@ def mapped_namespace(consumer: str, app_namespace: str) -> str:
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
     return f"{name[:54].rstrip('-')}-{digest}"
 
+
 # On a RepositoryBinding, settable by its tenant (``klutch-gitops reconcile|suspend|resume``):
 # any new value of REQUESTED_AT asks for a fetch and a pass now, and the status answers it in
 # ``lastHandledReconcileAt`` (Flux's ``reconcile.fluxcd.io/requestedAt``); SUSPEND "true" stops

@@ -16,6 +16,7 @@ from klutch_gitops.cli_options import LogLevel, LogLevelOption
 from klutch_gitops.console import err, out, run_cli
 from klutch_gitops.dev.cli import dev
 from klutch_gitops.errors import explain
+from klutch_gitops.inspect import commands as inspect_commands
 
 if TYPE_CHECKING:
     from klutch_gitops.config import Config
@@ -343,6 +344,8 @@ def version() -> None:
     """Print the version."""
     out.print(__version__)
 
+
+inspect_commands.register(app)  # get, reconcile, suspend, resume: after the main job's commands
 
 if __name__ == "__main__":
     main()

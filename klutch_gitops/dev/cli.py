@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from klutch_gitops.cli_options import LogLevel, LogLevelOption
 from klutch_gitops.console import err, out
 from klutch_gitops.dev.localstack import binaries, daemon
 from klutch_gitops.dev.localstack.stack import StackInfo
@@ -70,9 +71,7 @@ def up(state_dir: StateDir) -> None:
 
 
 @dev.command("run")
-def dev_run(
-    state_dir: StateDir, log_level: Annotated[str, typer.Option("--log-level")] = "info"
-) -> None:
+def dev_run(state_dir: StateDir, log_level: LogLevelOption = LogLevel.info) -> None:
     """The whole product on the local stack: start it, seed example repositories, reconcile."""
     from bind_api.config import load_bind_api_config
     from bind_api.server import serve_in_background
@@ -111,7 +110,7 @@ Change it through Git (in another terminal):
   git pull && cat claims/.klutch/reconcile.yaml
 
 Ctrl-C stops the reconciler; 'klutch-gitops dev down' stops the stack.""")
-    logs.configure(log_level)
+    logs.configure(log_level.value)
     serve_in_background(load_bind_api_config(demo.bind_api_config))
     reconcile_until_signal(demo.config)
 

@@ -123,6 +123,8 @@ class Resolver:
                 ) from None
         try:
             return api_client(ref.file)
+        except KlutchError as error:  # api_client checked the file: its message names it
+            raise KlutchError(f"{what}: {error.message}", error.fix) from None
         except Exception as error:  # the kubeconfig loader raises many types for bad input
             raise KlutchError(
                 f"{what} is not a usable kubeconfig ({type(error).__name__}: {error})"[:500],
