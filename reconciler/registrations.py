@@ -163,11 +163,11 @@ class Registrations:
             elif kind == "writeback" and name in self.syncs:
                 self.write_back(name)
         except (KlutchError, KubeError) as error:
-            metrics.ERRORS.labels(name, type(error).__name__).inc()
+            metrics.failed(name, kind, type(error).__name__)
             self.failed(kind, name, str(error))
             raise
         except Exception as error:
-            metrics.ERRORS.labels(name, "internal").inc()
+            metrics.failed(name, kind, "internal")
             self.failed(kind, name, repr(error))
             raise
 

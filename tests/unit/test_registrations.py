@@ -371,6 +371,8 @@ def test_a_failed_write_back_is_its_own_condition(world: tuple[Registrations, Fa
     assert found["Ready"]["reason"] == "WriteBackFailed"
     assert found["Reconciling"]["status"] == "True"  # retried
     assert NAME not in registrations.errors  # the pass itself is fine
+    failures = "klutch_gitops_write_back_failures_total"
+    assert metrics.REGISTRY.get_sample_value(failures, {"repository": NAME}) == 1
     sync.write_back_error = None
     registrations.handle(("writeback", NAME))
     found = by_type(kube.statuses[-1])
