@@ -29,10 +29,10 @@ from typing import Any
 
 from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.kube import conditions
-from klutch_gitops.kube.client import EVENTS, Kube, KubeError
+from klutch_gitops.kube.client import Kube, KubeError
 from klutch_gitops.kube.conditions import condition
+from klutch_gitops.kube.events import WARNING, EventRecorder
 from klutch_gitops.manifests import Rejection
-from reconciler.sync.events import warning_event
 from reconciler.sync.outcome import PassOutcome
 
 log = logging.getLogger(__name__)
@@ -295,6 +295,7 @@ class StatusWriter:
         self.kube = kube
         self.live = live  # (namespace, name) -> the RepositoryBinding as last seen
         self.written: dict[tuple[str, str], dict] = {}
+        self.events = EventRecorder(kube)
 
     def previous(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         known = self.written.get((namespace, name))
@@ -331,15 +332,8 @@ class StatusWriter:
         self.written.pop((namespace, name), None)
 
     def event(self, namespace: str, name: str, reason: str, message: str) -> None:
-        """A Warning Event on the RepositoryBinding, where `kubectl describe` shows it."""
+        """A Warning Event on the RepositoryBinding, where `kubectl describe` shows it; repeats
+        aggregate (klutch_gitops/kube/events.py)."""
         live = self.live(namespace, name) or {"metadata": {}}
         meta = {"name": name, "namespace": namespace, "uid": live["metadata"].get("uid")}
-        try:
-            self.kube.create(
-                EVENTS, warning_event(REPOSITORY_BINDINGS, {"metadata": meta}, reason, message)
-            )
-        except KubeError as error:
-            log.warning(
-                "could not record event",
-                extra={"binding": f"{namespace}/{name}", "error": str(error)},
-            )
+        self.events.record(REPOSITORY_BINDINGS, {"metadata": meta}, WARNING, reason, message)

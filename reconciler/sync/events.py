@@ -12,12 +12,9 @@ Pure decisions: no I/O.
 from __future__ import annotations
 
 import copy
-import socket
 from collections.abc import Mapping
 from typing import Any
 
-from klutch_gitops.kube.client import Resource
-from klutch_gitops.kube.events import WARNING, event_body, timestamp
 from klutch_gitops.manifests import Identity, Rejection
 
 SYNCED = "Synced"
@@ -25,14 +22,6 @@ RECONCILE_ERROR = "ReconcileError"
 # Normal Events, on change only: Flux's and Crossplane's vocabulary
 APPLIED = "Synced"  # the Control Plane copy was created or changed
 DELETED = "Deleted"  # the Control Plane copy is gone, the App claim released
-
-
-def warning_event(
-    resource: Resource, obj: Mapping[str, Any], reason: str, message: str
-) -> dict[str, Any]:
-    """A one-off Warning Event body (reconciler/status.py's, until it records through
-    klutch_gitops.kube.events.EventRecorder)."""
-    return event_body(resource, obj, WARNING, reason, message, socket.gethostname(), timestamp())
 
 
 def refusal_message(rejection: Rejection) -> str:
