@@ -122,9 +122,19 @@ class ReconcilerProcess:
 
     def readyz(self) -> httpx.Response | None:
         """The answer of /readyz, or None while nothing listens."""
+        return self._get("/readyz")
+
+    def registrations(self) -> dict[str, dict]:
+        """Each registration's status (GET /registrations), by name; empty while nothing listens."""
+        answer = self._get("/registrations")
+        if answer is None:
+            return {}
+        return {r["name"]: r["status"] for r in answer.json()["registrations"]}
+
+    def _get(self, path: str) -> httpx.Response | None:
         try:
             authorization = {"Authorization": f"Bearer {METRICS_TOKEN}"}
-            return httpx.get(f"{self.url}/readyz", headers=authorization, timeout=5)
+            return httpx.get(f"{self.url}{path}", headers=authorization, timeout=5)
         except httpx.TransportError:
             return None
 

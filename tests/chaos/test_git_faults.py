@@ -52,14 +52,21 @@ def test_an_unreachable_remote_holds_the_status_commit_until_it_is_back(
         )
         name = tenant.config.repositories[0].name
 
-        def unready() -> list[str]:
-            answer = reconciler.readyz()
-            assert answer is not None
-            assert answer.status_code == 503
-            return [w for w in answer.json()["reasons"] if name in w and tenant.remote.name in w]
+        def failing() -> list[str]:
+            """Messages of the registration's False conditions that name the remote."""
+            status = reconciler.registrations().get(name) or {}
+            return [
+                c["message"]
+                for c in status.get("conditions") or []
+                if c["status"] == "False" and tenant.remote.name in c.get("message", "")
+            ]
 
-        [reason] = eventually(unready, "/readyz to name the unreachable remote", 120)
+        # a tenant's remote is its own condition (Fetched or WrittenBack), not the readiness
+        [reason, *_] = eventually(failing, "a condition naming the unreachable remote", 120)
         assert "git fetch failed" in reason
+        answer = reconciler.readyz()
+        assert answer is not None
+        assert answer.status_code == 200
 
         def failed_write_backs() -> int:
             return sum(
