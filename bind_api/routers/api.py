@@ -168,7 +168,18 @@ def _binding_view(admin: Kube, namespace: Mapping[str, Any]) -> dict[str, Any]:
                 "url": r["spec"]["url"],
                 "branch": r["spec"].get("branch"),
                 "path": r["spec"].get("path"),
+                "object": _repository_object(r),
             }
             for r in repositories
         ],
+    }
+
+
+def _repository_object(binding: Mapping[str, Any]) -> dict[str, Any]:
+    """The caller's own RepositoryBinding as ``klutch-gitops get`` shows it: spec and status,
+    without server bookkeeping (managedFields, uid)."""
+    meta = binding["metadata"]
+    kept = ("name", "namespace", "creationTimestamp", "generation", "annotations")
+    return {k: binding[k] for k in ("apiVersion", "kind", "spec", "status") if k in binding} | {
+        "metadata": {k: meta[k] for k in kept if k in meta}
     }

@@ -47,6 +47,8 @@ from klutch_gitops.bind.request import GIT_PASSWORD_ENV, claims_for, confirmatio
 from klutch_gitops.bind.unbind import unbind_command
 from klutch_gitops.console import err, out, run_cli
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.inspect.show import REPOSITORIES, render
+from klutch_gitops.inspect.table import Output as Columns
 from klutch_gitops.kube.client import Kube
 from klutch_gitops.oidc_client import DEFAULT_SCOPES, discover, http_client, unverified_claims
 
@@ -337,6 +339,11 @@ def status_command(
         for item in items
     ]
     print_table(["CONSUMER NAMESPACE", "CLUSTER ID", "REPOSITORIES", "CREATED"], rows)
+    bindings = [r["object"] for i in items for r in i.get("repositories") or [] if "object" in r]
+    if bindings:  # as `klutch-gitops get -A` shows them: Ready and why, applied, claims, refused
+        out.print()
+        for line in render(REPOSITORIES, bindings, Columns.table, True, ""):
+            out.print(escape(line))
 
 
 app.command("unbind")(unbind_command)

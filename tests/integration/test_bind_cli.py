@@ -238,9 +238,16 @@ def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
         (mine,) = [
             b for b in json.loads(listed.stdout)["bindings"] if b["consumerNamespace"] == consumer
         ]
-        assert mine["repositories"] == [
-            {"name": name, "url": url, "branch": "main", "path": "claims"}
-        ]
+        (repository,) = mine["repositories"]
+        shown = repository.pop("object")
+        assert repository == {"name": name, "url": url, "branch": "main", "path": "claims"}
+        assert shown["metadata"]["namespace"] == consumer  # the tenant's own, with its status
+        assert "managedFields" not in shown["metadata"]
+        assert _reported(shown, remote, head)
+        table = cli(tmp_path, "status", bind_url, "--token", id_token).stdout
+        rows = [line.split() for line in table.splitlines() if line.startswith(consumer)]
+        # below the bindings, the RepositoryBindings as `klutch-gitops get -A`: NAMESPACE NAME READY
+        assert [name, "True"] in [row[1:3] for row in rows], table
 
         gone = cli(tmp_path, "unbind", bind_url, consumer, "--yes", *common)
         assert gone.returncode == 0, gone.stderr
