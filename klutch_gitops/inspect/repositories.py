@@ -46,7 +46,7 @@ def row(
         _count(status.get("claims")),
         _count(status.get("rejected")),
         (status.get("lastStatusCommit") or "")[:12],
-        str(suspended(obj)),
+        "true" if suspended(obj) else "false",  # kubectl prints booleans in lower case
         age(meta.get("creationTimestamp"), now),
     ]
     if all_namespaces:

@@ -110,7 +110,7 @@ def test_repository_columns() -> None:
         "1",
         "1",
         "fedcba987654",
-        "False",
+        "false",
         "3m20s",
     ]
 
@@ -129,7 +129,7 @@ def test_all_namespaces_adds_namespace_first_and_wide_adds_the_source_and_messag
 
 def test_a_binding_without_status_shows_unknown_and_blanks() -> None:
     cells = repositories.row(binding(), False, False, NOW)
-    assert cells[1:8] == ["Unknown", "", "", "", "", "", "False"]
+    assert cells[1:8] == ["Unknown", "", "", "", "", "", "false"]
 
 
 @pytest.mark.parametrize(
