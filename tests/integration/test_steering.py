@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -100,3 +102,50 @@ def test_a_suspended_binding_applies_nothing_until_resumed(
     binding.annotate(SUSPEND_ANNOTATION, None)  # resume: what changed meanwhile is applied
     eventually(lambda: mirrored(binding, "second"), "the change made while suspended", 60)
     eventually(lambda: binding.conditions().get("Ready") == "True/Synced", "Ready again", 60)
+
+
+def klutch_gitops(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed CLI's entry point, as a person runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "klutch_gitops.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_cli_reconciles_suspends_and_resumes(
+    stack: StackInfo,
+    clusters: dict[str, client.ApiClient],
+    tmp_path: Path,
+    cleanup: list[Callable[[], Any]],
+    git_server: GitServer,
+) -> None:
+    files = {"claims/first.yaml": first_claim}
+    binding = bound(stack, clusters, tmp_path, cleanup, git_server, files, poll_interval=3600.0)
+    eventually(lambda: binding.conditions().get("Ready") == "True/Synced", "Ready", 60)
+    where = (f"{binding.consumer}/team", "--kubeconfig", stack.clusters["control-plane"].kubeconfig)
+
+    push(binding.clone, {"claims/second.yaml": claim("second", binding.namespace)}, "second")
+    asked = time.monotonic()
+    done = klutch_gitops("reconcile", *where, "--timeout", "30")
+    assert done.returncode == 0, done.stderr
+    print(f"klutch-gitops reconcile returned after {time.monotonic() - asked:.2f}s")  # not asserted
+    assert mirrored(binding, "second")  # it waited for the pass that applied the new commit
+    assert "True" in done.stdout + done.stderr
+
+    assert klutch_gitops("suspend", *where).returncode == 0
+    eventually(lambda: binding.conditions().get("Ready") == "Unknown/Suspended", "suspended", 30)
+    refused = klutch_gitops("reconcile", *where, "--timeout", "5")  # as `flux reconcile` refuses
+    assert refused.returncode == 1
+    assert "suspended" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    push(binding.clone, {"claims/third.yaml": claim("third", binding.namespace)}, "third")
+    time.sleep(QUIET)
+    assert not mirrored(binding, "third")
+
+    resumed = klutch_gitops("resume", *where, "--timeout", "30")
+    assert resumed.returncode == 0, resumed.stderr
+    assert mirrored(binding, "third")  # resume waited for the pass that applied it
+    assert binding.conditions()["Ready"] == "True/Synced"
