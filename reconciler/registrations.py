@@ -183,15 +183,17 @@ class Registrations:
     def sync(self, name: str) -> None:
         """One pass, answering the newest reconcile request, and its summary line."""
         sync, asked, started = self.syncs[name], self.requested.get(name), time.monotonic()
+        failure: str | None = None
         try:
             with metrics.RECONCILE_SECONDS.labels(name).time():
                 sync.sync()
         except Exception as error:
-            log_pass(name, sync, time.monotonic() - started, str(error))
+            failure = str(error)
             raise
-        log_pass(name, sync, time.monotonic() - started, None)
-        if asked is not None:
-            self.reporter.handled[name] = asked
+        finally:
+            log_pass(name, sync, time.monotonic() - started, failure)
+            if asked is not None:  # answered whatever the outcome, as Flux's controllers do:
+                self.reporter.handled[name] = asked  # the waiting CLI then shows why it failed
         metrics.pass_succeeded(name)
         self.synced(name, None)
 

@@ -133,7 +133,7 @@ def _answer(cluster: Cluster, ns: str, name: str, value: str, timeout: float) ->
 
     say(f"► waiting for RepositoryBinding {ns}/{name} to answer the request {value}")
     obj = steer.wait_handled(cluster.kube, ns, name, value, timeout)
-    say(f"✔ {steer.ready_line(obj)}")
+    say(f"✔ {steer.check_ready(obj)}")
 
 
 def reconcile(

@@ -120,6 +120,21 @@ def wait_handled(
         sleep(0.5)
 
 
+def check_ready(obj: Mapping[str, Any]) -> str:
+    """``ready_line`` of a binding whose answered pass did not fail; KlutchError when its Ready
+    is False, so that ``reconcile`` and ``resume`` exit 1 as ``flux reconcile`` does."""
+    line = ready_line(obj)
+    if (by_type(obj.get("status")).get("Ready") or {}).get("status") == "False":
+        meta = obj["metadata"]
+        raise KlutchError(
+            f"RepositoryBinding {meta['namespace']}/{meta['name']} was reconciled and is not "
+            f"Ready: {line}",
+            f"see 'klutch-gitops get -n {meta['namespace']} -o wide' and the conditions in "
+            "'-o yaml'; fix Git or the referenced Secret, and reconcile again",
+        )
+    return line
+
+
 def ready_line(obj: Mapping[str, Any]) -> str:
     """``Ready=True Synced: message`` for the person who asked."""
     ready = by_type(obj.get("status")).get("Ready")

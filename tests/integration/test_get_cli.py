@@ -23,6 +23,7 @@ from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.dev.testkit.claims import POSTGRES, claim
 from klutch_gitops.dev.testkit.git import git
 from klutch_gitops.dev.testkit.wait import eventually
+from klutch_gitops.errors import KlutchError
 from klutch_gitops.inspect import commands
 from klutch_gitops.inspect.claims import REPOSITORY_LABEL
 from klutch_gitops.kube.client import Kube
@@ -132,3 +133,16 @@ def test_reconcile_sets_the_request_and_watch_prints_the_change(
     finally:
         watch.terminate()
         watch.wait(10)
+
+
+def test_reconcile_of_a_binding_that_stays_refused_exits_1_with_the_reason(
+    refused: Bound, stack: StackInfo
+) -> None:
+    admin = stack.clusters["control-plane"].kubeconfig
+    app, runner = cli()
+    where = [f"{refused.consumer}/team", "--kubeconfig", admin, "--timeout", "30"]
+    result = runner.invoke(app, ["reconcile", *where])
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, KlutchError)  # the CLI prints it as one error line
+    assert "is not Ready" in result.exception.message
+    assert "DocumentsRefused" in result.exception.message

@@ -372,3 +372,19 @@ def test_registering_the_commands_does_not_load_the_kubernetes_client() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )
     assert found.stdout.strip() == "False"
+
+
+def test_an_answered_request_fails_when_the_binding_is_not_ready() -> None:
+    """`flux reconcile` exits non-zero when the handled reconcile left Ready False; so do we."""
+    meta = {"name": "shop", "namespace": "team"}
+    failed = {"type": "Ready", "status": "False", "reason": "DocumentsRefused", "message": "x"}
+    with pytest.raises(KlutchError) as refused_error:
+        steer.check_ready({"metadata": meta, "status": {"conditions": [failed]}})
+    assert "team/shop" in refused_error.value.message
+    assert "DocumentsRefused" in refused_error.value.message
+    ready = {**failed, "status": "True", "reason": "Synced"}
+    assert steer.check_ready({"metadata": meta, "status": {"conditions": [ready]}}).startswith(
+        "Ready=True Synced"
+    )
+    busy = {**failed, "status": "Unknown", "reason": "Progressing"}  # not a failure
+    assert "Progressing" in steer.check_ready({"metadata": meta, "status": {"conditions": [busy]}})
