@@ -46,14 +46,17 @@ def claim_kinds(kube: Kube) -> list[Resource]:
     return kinds
 
 
-def list_claims(kube: Kube, namespace: str | None) -> list[dict[str, Any]]:
-    """Every object with the repository label, in ``namespace`` or all; sorted like kubectl."""
+def list_claims(
+    kube: Kube, namespace: str | None
+) -> tuple[list[dict[str, Any]], dict[Resource, str]]:
+    """Every object with the repository label, in ``namespace`` or all, sorted like kubectl; and
+    each listed kind's resourceVersion, where a watch of it starts."""
     claims = []
+    versions: dict[Resource, str] = {}
     denied: KubeError | None = None
-    kinds = claim_kinds(kube)
-    for kind in kinds:
+    for kind in claim_kinds(kube):
         try:
-            items, _ = kube.list(kind, namespace, label_selector=REPOSITORY_LABEL)
+            items, versions[kind] = kube.list(kind, namespace, label_selector=REPOSITORY_LABEL)
         except KubeError as error:
             if error.status in (401, 403):
                 denied = error
@@ -64,7 +67,7 @@ def list_claims(kube: Kube, namespace: str | None) -> list[dict[str, Any]]:
         claims += [{"apiVersion": kind.api_version, "kind": kind.kind, **item} for item in items]
     if denied is not None and not claims:
         raise denied
-    return sorted(claims, key=_order)
+    return sorted(claims, key=_order), versions
 
 
 def _order(obj: Mapping[str, Any]) -> tuple[str, str, str]:

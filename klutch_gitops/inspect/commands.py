@@ -4,6 +4,7 @@ registers them on ``klutch-gitops``. Flags follow kubectl's: --kubeconfig, --con
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -61,26 +62,22 @@ def get(
 ) -> None:
     """RepositoryBindings on the Control Plane, or (get claims) the App claims on the App
     Cluster, with why each is not Ready."""
-    if watch and what is What.claims:  # one watch per served kind: not worth it yet
-        raise typer.BadParameter("--watch is for repositories only", param_hint="-w")
     from klutch_gitops.inspect.access import CALL_ERRORS, connect, refused
     from klutch_gitops.inspect.show import CLAIMS, REPOSITORIES, render, watch_lines, widths_of
-    from klutch_gitops.inspect.watch import changes
 
     cluster = connect(kubeconfig, context, namespace)
     where = None if all_namespaces else cluster.namespace
     suffix = "" if all_namespaces else f" in {cluster.namespace} namespace"
     view = CLAIMS if what is What.claims else REPOSITORIES
-    resource, objects, version = _list(cluster, what is What.claims, where)
+    resource, objects, follow = _list(cluster, what is What.claims, where)
     table = render(view, objects, output, all_namespaces, suffix)
     for line in table:
         say(line)
-    if not watch or resource is None:
+    if not watch:
         return
     widths = widths_of(table, view, output is Output.wide, all_namespaces)
     try:
-        for line in watch_lines(view, changes(cluster.kube, resource, where, version), output,
-                                all_namespaces, widths):  # fmt: skip
+        for line in watch_lines(view, follow(), output, all_namespaces, widths):
             say(line)
     except CALL_ERRORS as error:
         raise refused(error, "watch", resource, where) from None
@@ -90,18 +87,22 @@ def get(
 
 def _list(
     cluster: Cluster, want_claims: bool, namespace: str | None
-) -> tuple[Resource | None, list[dict], str]:
-    """(the resource to watch, the objects, the list's resourceVersion)."""
+) -> tuple[Resource, list[dict], Callable[[], Iterator[dict]]]:
+    """(the resource a refusal names, the objects, their changes from the list on)."""
     from klutch_gitops.apis import REPOSITORY_BINDINGS
     from klutch_gitops.inspect import claims
     from klutch_gitops.inspect.access import CALL_ERRORS, refused
+    from klutch_gitops.inspect.watch import changes, merged_changes
     from klutch_gitops.kube.client import Resource
 
     if want_claims:
+        kinds = Resource("", "", "claims")
         try:
-            return None, claims.list_claims(cluster.kube, namespace), ""
+            found, versions = claims.list_claims(cluster.kube, namespace)
         except CALL_ERRORS as error:
-            raise refused(error, "list", Resource("", "", "claims"), namespace) from None
+            raise refused(error, "list", kinds, namespace) from None
+        label = claims.REPOSITORY_LABEL
+        return kinds, found, lambda: merged_changes(cluster.kube, versions, namespace, label)
     try:
         items, version = cluster.kube.list(REPOSITORY_BINDINGS, namespace)
     except CALL_ERRORS as error:
@@ -110,7 +111,11 @@ def _list(
         {"apiVersion": REPOSITORY_BINDINGS.api_version, "kind": "RepositoryBinding", **item}
         for item in items
     ]
-    return REPOSITORY_BINDINGS, sorted(items, key=_order), version
+    return (
+        REPOSITORY_BINDINGS,
+        sorted(items, key=_order),
+        lambda: changes(cluster.kube, REPOSITORY_BINDINGS, namespace, version),
+    )
 
 
 def _order(obj: dict) -> tuple[str, str]:

@@ -4,7 +4,9 @@ same way: the table with its header, then a row per event without one
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import queue
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from klutch_gitops.kube.client import Kube, KubeError, Resource
@@ -33,3 +35,29 @@ def changes(
                 raise
             items, version = kube.list(resource, namespace, label_selector)
             yield from items
+
+
+def merged_changes(
+    kube: Kube,
+    versions: Mapping[Resource, str],
+    namespace: str | None,
+    label_selector: str | None = None,
+) -> Iterator[dict[str, Any]]:
+    """``changes`` of several kinds (the claim kinds) as they arrive, one watching thread per
+    kind, each object with its apiVersion and kind; the first failing watch ends it."""
+    arrived: queue.Queue[dict[str, Any] | BaseException] = queue.Queue()
+
+    def follow(resource: Resource, version: str) -> None:
+        try:
+            for obj in changes(kube, resource, namespace, version, label_selector):
+                arrived.put({"apiVersion": resource.api_version, "kind": resource.kind, **obj})
+        except BaseException as error:  # handed to the reader, which raises it
+            arrived.put(error)
+
+    for resource, version in versions.items():
+        threading.Thread(target=follow, args=(resource, version), daemon=True).start()
+    while versions:
+        found = arrived.get()
+        if isinstance(found, BaseException):
+            raise found
+        yield found

@@ -108,6 +108,29 @@ def test_get_claims_shows_the_app_claim(
     assert live["metadata"]["labels"][REPOSITORY_LABEL] in cells
 
 
+def test_get_claims_watch_prints_a_changed_claim(
+    refused: Bound, stack: StackInfo, clusters: dict[str, client.ApiClient]
+) -> None:
+    kubeconfig = stack.clusters["app"].kubeconfig
+    lines: queue.Queue[str] = queue.Queue()
+    watch = subprocess.Popen(
+        [sys.executable, "-c", CLI, "get", "claims", "-w", "--kubeconfig", kubeconfig,
+         "-n", refused.namespace],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        threading.Thread(target=lambda: [lines.put(x) for x in watch.stdout], daemon=True).start()
+        assert lines.get(timeout=30).startswith("KIND")
+        assert lines.get(timeout=10).split()[:2] == [POSTGRES.kind, "good"]
+        note = {"metadata": {"annotations": {"example.com/touched": "yes"}}}
+        Kube(clusters["app"]).patch(POSTGRES, refused.namespace, "good", note)
+        assert lines.get(timeout=10).split()[:2] == [POSTGRES.kind, "good"]  # the change, a row
+    finally:
+        watch.terminate()
+        watch.wait(10)
+
+
 def test_reconcile_sets_the_request_and_watch_prints_the_change(
     refused: Bound, stack: StackInfo
 ) -> None:

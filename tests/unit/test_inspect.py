@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +17,12 @@ from typer.testing import CliRunner
 
 from klutch_gitops.apis import REPOSITORY_BINDINGS, REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.inspect import claims, commands, repositories, steer
+from klutch_gitops.inspect import claims, commands, repositories, steer, watch
 from klutch_gitops.inspect.access import connect, refused
 from klutch_gitops.inspect.show import CLAIMS, REPOSITORIES, render, watch_lines, widths_of
 from klutch_gitops.inspect.table import Output, age, short
 from klutch_gitops.inspect.watch import changes
-from klutch_gitops.kube.client import KubeError
+from klutch_gitops.kube.client import KubeError, Resource
 
 NOW = dt.datetime(2026, 1, 2, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -357,9 +360,6 @@ def test_commands_register_and_an_unreachable_cluster_is_one_clear_error(tmp_pat
         result = runner.invoke(app, args)
         assert isinstance(result.exception, KlutchError), result.output
         assert result.exception.message.startswith("cannot reach the cluster")
-    result = runner.invoke(app, ["get", "claims", "-w", "--kubeconfig", path])
-    assert result.exit_code == 2
-    assert "--watch is for repositories only" in result.output
 
 
 def test_registering_the_commands_does_not_load_the_kubernetes_client() -> None:
@@ -388,3 +388,48 @@ def test_an_answered_request_fails_when_the_binding_is_not_ready() -> None:
     )
     busy = {**failed, "status": "Unknown", "reason": "Progressing"}  # not a failure
     assert "Progressing" in steer.check_ready({"metadata": meta, "status": {"conditions": [busy]}})
+
+
+class KindsWatched:
+    """A Kube whose watch of each kind yields its events once, then waits (a quiet watch)."""
+
+    def __init__(self, events: dict[str, list[dict]], failing: str | None = None) -> None:
+        self.events = events
+        self.failing = failing
+        self.asked: list[tuple[str, str | None, str, str | None]] = []
+
+    def watch(
+        self, resource: Resource, namespace: str | None, version: str, label: str | None = None
+    ) -> Iterator[tuple[str, dict]]:
+        self.asked.append((resource.plural, namespace, version, label))
+        if resource.plural == self.failing:
+            raise KubeError(403, "Forbidden", "watch refused")
+        for obj in self.events.pop(resource.plural, []):
+            yield "MODIFIED", obj
+        threading.Event().wait(30)  # nothing more; the daemon thread ends with the test process
+
+
+def test_claims_of_every_kind_are_watched_at_once() -> None:
+    db = Resource("anynines.com", "v1", "postgresqlinstances", "PostgresqlInstance")
+    sb = Resource("anynines.com", "v1", "servicebindings", "ServiceBinding")
+    kube = KindsWatched(
+        {
+            "postgresqlinstances": [{"metadata": {"name": "db", "resourceVersion": "7"}}],
+            "servicebindings": [{"metadata": {"name": "sb", "resourceVersion": "8"}}],
+        }
+    )
+    found = watch.merged_changes(kube, {db: "5", sb: "6"}, "team", "label")  # type: ignore[arg-type]
+    seen = {(obj["kind"], obj["metadata"]["name"]) for obj in itertools.islice(found, 2)}
+    assert seen == {("PostgresqlInstance", "db"), ("ServiceBinding", "sb")}
+    assert sorted(kube.asked) == [
+        ("postgresqlinstances", "team", "5", "label"),  # from each kind's own list
+        ("servicebindings", "team", "6", "label"),
+    ]
+
+
+def test_a_refused_claim_watch_ends_the_watch_with_its_error() -> None:
+    db = Resource("anynines.com", "v1", "postgresqlinstances", "PostgresqlInstance")
+    kube = KindsWatched({}, failing="postgresqlinstances")
+    with pytest.raises(KubeError) as refused_watch:
+        next(watch.merged_changes(kube, {db: "5"}, None))  # type: ignore[arg-type]
+    assert refused_watch.value.status == 403
