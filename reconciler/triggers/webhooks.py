@@ -124,7 +124,7 @@ def _pull_request(
         "webhook pull request %s into %s",
         pull.number,
         pull.base,
-        extra={"provider": provider, "repo": sorted(urls), "head": pull.head_sha},
+        extra={"provider": provider, "urls": sorted(urls), "head": pull.head_sha},
     )
     return replace(pull, registrations=verified, **receipt)
 
@@ -150,13 +150,13 @@ def _push(
     log.info(
         "webhook push to %s",
         branch,
-        extra={"provider": provider, "repo": sorted(urls), "branch": branch, "after": after},
+        extra={"provider": provider, "urls": sorted(urls), "branch": branch, "after": after},
     )
     return push
 
 
 def _ignored(provider: str, urls: frozenset[str], why: str) -> str:
-    log.info("webhook ignored: %s", why, extra={"provider": provider, "repo": sorted(urls)})
+    log.info("webhook ignored: %s", why, extra={"provider": provider, "urls": sorted(urls)})
     return why
 
 
