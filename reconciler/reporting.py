@@ -13,6 +13,7 @@ from klutch_gitops.kube import conditions
 from reconciler import metrics
 from reconciler.status import Report, StatusWriter, binding_status, loader_refusals
 from reconciler.steering import resume_hint
+from reconciler.sync.outcome import documents
 from reconciler.sync.repository import RepositorySync
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ def log_pass(name: str, sync: RepositorySync, seconds: float, error: str | None)
         extra.update(
             commit=outcome.commit[:12],
             claims=outcome.claims,
-            refused=len({(r.file, r.document) for r in refused}),
+            refused=documents(refused),
             problems=len(outcome.stage_problems),
             outcome="refused" if refused else "apply-failed" if outcome.stage_problems else "ready",
         )

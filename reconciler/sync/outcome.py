@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from klutch_gitops.manifests import Rejection
 
 SHOWN_REFUSALS = 5  # how many refusals a status lists; reconcile.yaml in Git has them all
+
+
+def documents(refusals: Iterable[Rejection]) -> int:
+    """How many documents ``refusals`` refuse (a whole refused file counts once), not how many
+    problems: one document can have several."""
+    return len({(r.file, r.document) for r in refusals})
 
 
 @dataclass(frozen=True)
@@ -19,9 +26,8 @@ class PassOutcome:
 
     @property
     def refused(self) -> int:
-        """Refused documents (a whole refused file counts once), not problems: one document
-        can have several."""
-        return len({(r.file, r.document) for r in self.refusals})
+        """Refused documents, not problems (``documents``)."""
+        return documents(self.refusals)
 
     def first_refusals(self) -> list[dict]:
         return [r.as_dict() for r in self.refusals[:SHOWN_REFUSALS]]

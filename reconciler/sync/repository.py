@@ -33,7 +33,7 @@ from reconciler.sync.desired import DesiredState, load_desired
 from reconciler.sync.kinds import log_verdicts, serve_exported_kinds
 from reconciler.sync.namespaces import map_namespaces
 from reconciler.sync.observe import observe
-from reconciler.sync.outcome import PassOutcome
+from reconciler.sync.outcome import PassOutcome, documents
 from reconciler.sync.prune import finalize, prune
 from reconciler.sync.view import ClusterView
 from reconciler.sync.writeback import Mode, ObservedStatus, Schedule
@@ -190,7 +190,7 @@ class RepositorySync:
         problems: list[Rejection],
     ) -> None:
         metrics.CLAIMS.labels(self.name).set(len(desired.claims))
-        metrics.REJECTED.labels(self.name).set(len(desired.rejections))
+        metrics.REJECTED.labels(self.name).set(documents(desired.rejections))
         source = self.schedule.source(self.head, self.reader)
         if self.schedule.plan(desired, statuses, problems, source):
             self._enqueue_after(("writeback", self.name), self.batch_window)

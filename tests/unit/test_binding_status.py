@@ -5,7 +5,7 @@ from __future__ import annotations
 from klutch_gitops.kube.conditions import by_type
 from klutch_gitops.manifests import Rejection
 from reconciler.status import Report, binding_status, invalid_spec_status
-from reconciler.sync.outcome import PassOutcome
+from reconciler.sync.outcome import PassOutcome, documents
 
 HEAD = "a" * 40
 REFUSED = Rejection("claims/bad.yaml", "namespace not-ours is not allowed", "use team", 0)
@@ -195,3 +195,14 @@ def test_a_suspended_registration_keeps_its_last_figures_and_says_how_to_resume(
     assert set(found) == {"Ready", "Reconciling", "Stalled"}
     assert (status["lastAppliedCommit"], status["claims"]) == (HEAD, 2)
     assert status["lastHandledReconcileAt"] == "r1"
+
+
+def test_refused_documents_are_counted_once_however_many_problems_they_have() -> None:
+    problems = (
+        Rejection("claims/a.yaml", "bad plan", "fix the plan", 0, field="spec.plan"),
+        Rejection("claims/a.yaml", "unknown field", "drop it", 0, field="spec.x"),
+        Rejection("claims/a.yaml", "bad name", "rename it", 1),
+        Rejection("claims/broken.yaml", "not YAML", "fix the file"),  # the whole file
+    )
+    assert documents(problems) == 3  # klutch_gitops_rejected_documents and status.rejected
+    assert PassOutcome("a" * 40, 1, problems).refused == 3
