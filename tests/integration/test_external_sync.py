@@ -413,9 +413,10 @@ def test_a_protected_claim_keeps_its_service_when_the_tool_deletes_it(tenant: Te
     caught_up(tenant)
     argocd(tenant, "db").sync(tenant, "claims/db.yaml")
     eventually(lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db"), "the CP copy")
-    assert objects.DELETION_PROTECTION not in (
-        tenant.control_plane.get(POSTGRES, tenant.mapped, "db")["metadata"].get("annotations") or {}
-    )
+    # the copy says it is protected, where the bind API refuses an unforced unbind that would
+    # delete it (bind_api/unbinding.py)
+    copy = tenant.control_plane.get(POSTGRES, tenant.mapped, "db")
+    assert copy["metadata"]["annotations"][objects.DELETION_PROTECTION] == "true"
 
     tenant.app.delete(POSTGRES, tenant.namespace, "db")
     eventually(
