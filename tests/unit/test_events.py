@@ -4,6 +4,7 @@ condition decision (reconciler/sync/events.py, objects.status_object)."""
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,8 +64,55 @@ def clock() -> Clock:
     return Clock()
 
 
-def recorder(api: FakeEvents, clock: Clock, **options: Any) -> EventRecorder:
-    return EventRecorder(api, "reconciler-0", clock=clock, **options)
+class Flushed:
+    """A recorder whose every record waits for its write (it writes in a thread of its own)."""
+
+    def __init__(self, recorder: EventRecorder) -> None:
+        self.recorder = recorder
+
+    def record(self, *args: Any) -> None:
+        self.recorder.record(*args)
+        assert self.recorder.flush()
+
+
+def recorder(api: FakeEvents, clock: Clock, **options: Any) -> Flushed:
+    return Flushed(EventRecorder(api, "reconciler-0", clock=clock, **options))
+
+
+class Blocked(FakeEvents):
+    """An Events API that answers only once let go: a slow apiserver."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.go = threading.Event()
+
+    def create(self, resource: Resource, obj: Mapping[str, Any]) -> dict:
+        self.entered.set()
+        assert self.go.wait(10)
+        return super().create(resource, obj)
+
+
+def test_recording_does_not_wait_for_the_apiserver_and_drops_what_overflows() -> None:
+    """client-go's broadcaster writes in its own goroutine and drops when 1000 wait
+    (tools/record/event.go: maxQueuedEvents, watch.DropIfChannelFull)."""
+    api = Blocked()
+    told = EventRecorder(api, "reconciler-0", max_queued=2)
+
+    def tell(name: str) -> None:
+        told.record(SECRETS, {"metadata": {**SECRET["metadata"], "name": name}}, WARNING, "X", "y")
+
+    tell("a")
+    assert api.entered.wait(10)  # the writer is in the slow call; record returned at once
+    for name in ("b", "c", "d"):  # two wait, one overflows
+        tell(name)
+    assert api.items == {}
+    api.go.set()
+    assert told.flush()
+    assert sorted(e["involvedObject"]["name"] for e in api.items.values()) == ["a", "b", "c"]
+    tell("d")  # dropped, so not told: the next pass tells it
+    assert told.flush()
+    assert len(api.items) == 4
 
 
 def test_a_first_event_is_created_with_who_reported_it(api: FakeEvents, clock: Clock) -> None:

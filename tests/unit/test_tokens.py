@@ -189,6 +189,7 @@ def test_a_broken_secret_is_reported_once_per_version(caplog: pytest.LogCaptureF
         controller.check(KEY)
         controller.secrets.cache[KEY] = secret({"kubeconfig": "{}"}, version="2")
         controller.check(KEY)
+    assert controller.events.flush()  # the recorder writes in a thread of its own
     assert [e["reason"] for e in admin.created] == [INVALID_REASON, INVALID_REASON]
     first = admin.created[0]
     assert first["involvedObject"]["kind"] == "Secret"
