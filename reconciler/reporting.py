@@ -34,7 +34,7 @@ class Reporter:
 
     def __init__(self, status: StatusWriter) -> None:
         self.status = status
-        self.shown: dict[str, tuple[str, dict[str, Any]]] = {}  # name -> (source, status)
+        self.shown: dict[str, tuple[RepositorySpec, dict[str, Any]]] = {}  # name -> (spec, status)
         self.write_back_errors: dict[str, str] = {}
         self.handled: dict[str, str] = {}  # name -> the reconcile request its last pass answered
         self.konnector_warnings: dict[str, str] = {}  # name -> conflict last evented
@@ -63,9 +63,9 @@ class Reporter:
                 *where, lambda old: binding_status(report, old, conditions.now())
             )
         else:
-            previous = self.shown.get(name, ("", None))[1]
+            previous = self.shown[name][1] if name in self.shown else None
             status = binding_status(report, previous, conditions.now())
-        self.shown[name] = (spec.source, status)
+        self.shown[name] = (spec, status)
         metrics.observe_status(name, status["conditions"], spec.suspend)
 
     def forget(self, name: str) -> None:
@@ -75,10 +75,21 @@ class Reporter:
         metrics.forget(name)
 
     def registrations(self) -> list[dict[str, Any]]:
-        """``GET /registrations``: every registration's status, in the RepositoryBinding's shape."""
+        """``GET /registrations``: every registration's source, repository and status, in the
+        RepositoryBinding's shape (``klutch-gitops get --reconciler`` shows them)."""
         return [
-            {"name": name, "source": source, "status": status}
-            for name, (source, status) in sorted(self.shown.items())
+            {
+                "name": name,
+                "source": spec.source,
+                "spec": {
+                    "url": spec.url,
+                    "branch": spec.branch,
+                    "path": spec.path,
+                    "suspend": spec.suspend,
+                },
+                "status": status,
+            }
+            for name, (spec, status) in sorted(self.shown.items())
         ]
 
     def _konnector_conflicts(self, spec: RepositorySpec, sync: RepositorySync) -> str:

@@ -59,9 +59,25 @@ def get(
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Print changes as they come")] = (
         False
     ),
+    reconciler: Annotated[
+        str | None,
+        typer.Option(
+            "--reconciler",
+            help="Show a reconciler's registrations (config file ones too) from URL/registrations",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file", help="The reconciler's metricsToken (or $KLUTCH_GITOPS_METRICS_TOKEN)"
+        ),
+    ] = None,
 ) -> None:
     """RepositoryBindings on the Control Plane, or (get claims) the App claims on the App
-    Cluster, with why each is not Ready."""
+    Cluster, with why each is not Ready; with --reconciler, every registration it works on."""
+    if reconciler is not None:
+        _registrations(what, reconciler, token_file, output, watch)
+        return
     from klutch_gitops.inspect.access import CALL_ERRORS, connect, refused
     from klutch_gitops.inspect.show import CLAIMS, REPOSITORIES, render, watch_lines, widths_of
 
@@ -83,6 +99,22 @@ def get(
         raise refused(error, "watch", resource, where) from None
     except KeyboardInterrupt:
         return
+
+
+def _registrations(
+    what: What, url: str, token_file: Path | None, output: Output, watch: bool
+) -> None:
+    from klutch_gitops.inspect import registrations
+    from klutch_gitops.inspect.show import REPOSITORIES, render
+
+    if what is What.claims or watch:
+        raise typer.BadParameter(
+            "--reconciler shows registrations once: no 'claims', no --watch",
+            param_hint="--reconciler",
+        )
+    shown = registrations.fetch(url, registrations.token(token_file))
+    for line in render(REPOSITORIES, shown, output, False, f" at {url}"):
+        say(line)
 
 
 def _list(

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -87,6 +89,19 @@ def test_a_broken_tenant_leaves_the_replica_ready_and_the_others_served(
     assert statuses[broken_spec.name]["source"] == "config"
     assert by_type(statuses[healthy.spec.name]["status"])["Ready"]["status"] == "True"
     assert httpx.get(f"{base}/registrations", timeout=5).status_code == 401
+
+    # the same, as a platform team sees its config file's registrations
+    token = tmp_path / "metrics-token"
+    token.write_text(METRICS_TOKEN)
+    table = subprocess.run(
+        [sys.executable, "-m", "klutch_gitops.cli", "get", "--reconciler", base,
+         "--token-file", str(token)],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    rows = {line.split()[0]: line.split()[1:3] for line in table[1:]}
+    assert table[0].split()[:3] == ["NAME", "READY", "REASON"]
+    assert rows[broken_spec.name] == ["False", "SecretInvalid"]
+    assert rows[healthy.spec.name][0] == "True"
 
     after = push(clone, {"claims/second.yaml": claim("second", healthy.namespace)}, "second")
     body = json.dumps(

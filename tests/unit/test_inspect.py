@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 
 from klutch_gitops.apis import REPOSITORY_BINDINGS, REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.inspect import claims, commands, repositories, steer, watch
+from klutch_gitops.inspect import claims, commands, registrations, repositories, steer, watch
 from klutch_gitops.inspect.access import connect, refused
 from klutch_gitops.inspect.show import CLAIMS, REPOSITORIES, render, watch_lines, widths_of
-from klutch_gitops.inspect.table import Output, age, short
+from klutch_gitops.inspect.table import Output, age, name_of, short
 from klutch_gitops.inspect.watch import changes
 from klutch_gitops.kube.client import KubeError, Resource
 
@@ -433,3 +433,39 @@ def test_a_refused_claim_watch_ends_the_watch_with_its_error() -> None:
     with pytest.raises(KubeError) as refused_watch:
         next(watch.merged_changes(kube, {db: "5"}, None))  # type: ignore[arg-type]
     assert refused_watch.value.status == 403
+
+
+def test_registrations_need_the_metrics_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(registrations.TOKEN_ENV, raising=False)
+    with pytest.raises(KlutchError) as missing:
+        registrations.token(None)
+    assert "--token-file" in missing.value.fix
+    with pytest.raises(KlutchError) as unreadable:
+        registrations.token(tmp_path / "nope")
+    assert "nope" in unreadable.value.message
+    monkeypatch.setenv(registrations.TOKEN_ENV, " s3cret\n")
+    assert registrations.token(None) == "s3cret"
+
+
+def test_a_registration_shows_in_the_repository_columns() -> None:
+    entry = {
+        "name": "team-a",
+        "source": "config",
+        "spec": {"url": "file:///r.git", "branch": "main", "path": "claims", "suspend": True},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Synced"}]},
+    }
+    shown = registrations.as_object(entry)
+    cells = repositories.row(shown, False, False, NOW)
+    assert cells[:3] == ["team-a", "True", "Synced"]
+    assert cells[7] == "true"  # suspended
+    assert name_of(shown) == "registration.gitops.klutch.anynines.com/team-a"
+
+
+def test_an_unreachable_reconciler_is_one_clear_error() -> None:
+    with pytest.raises(KlutchError) as unreachable:
+        registrations.fetch("http://127.0.0.1:1", "token", timeout=2)
+    assert "cannot reach the reconciler at http://127.0.0.1:1/registrations" in (
+        unreachable.value.message
+    )
