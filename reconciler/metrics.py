@@ -202,10 +202,11 @@ class QueueMetrics:
         with self._lock:
             self._running[key] = self._clock()
 
-    def finished(self, key: Hashable, worked: float) -> None:
-        self.work.observe(worked)
+    def finished(self, key: Hashable) -> None:
         with self._lock:
-            self._running.pop(key, None)
+            since = self._running.pop(key, None)
+        if since is not None:
+            self.work.observe(self._clock() - since)
 
     def retried(self) -> None:
         self.retries.inc()

@@ -11,7 +11,7 @@ from typing import Any
 from klutch_gitops.config import RepositorySpec
 from klutch_gitops.kube import conditions
 from reconciler import metrics
-from reconciler.status import Report, StatusWriter, binding_status, loader_refusals
+from reconciler.status import Report, StatusWriter, binding_status
 from reconciler.steering import resume_hint
 from reconciler.sync.outcome import documents
 from reconciler.sync.repository import RepositorySync
@@ -42,7 +42,7 @@ class Reporter:
     def report(self, spec: RepositorySpec, sync: RepositorySync | None, **known: Any) -> None:
         """Build the status of ``spec``'s registration from ``known`` (Report's fields) and its
         sync, write it to its RepositoryBinding (only when new) and show it."""
-        name = spec.name
+        name, where = spec.name, binding_name(spec)
         report = Report(
             **known,
             registered=sync is not None,
@@ -54,10 +54,9 @@ class Reporter:
             fetch_error=sync.fetch_error if sync else None,
             write_back_error=self.write_back_errors.get(name),
             suspended=spec.suspend,
-            resume_hint=resume_hint(spec.source, name),
+            resume_hint=resume_hint(where, name),
             handled_reconcile_at=self.handled.get(name),
         )
-        where = binding_name(spec)
         if where is not None:
             status = self.status.write(
                 *where, lambda old: binding_status(report, old, conditions.now())
@@ -115,7 +114,7 @@ def log_pass(name: str, sync: RepositorySync, seconds: float, error: str | None)
     elif sync.head is None:
         extra["outcome"] = "no-branch"
     elif outcome is not None:
-        refused = loader_refusals(outcome)
+        refused = outcome.rejections
         extra.update(
             commit=outcome.commit[:12],
             claims=outcome.claims,

@@ -33,7 +33,7 @@ from klutch_gitops.kube.client import Kube, KubeError
 from klutch_gitops.kube.conditions import condition
 from klutch_gitops.kube.events import WARNING, EventRecorder
 from klutch_gitops.manifests import Rejection
-from reconciler.sync.outcome import PassOutcome
+from reconciler.sync.outcome import PassOutcome, documents
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +74,6 @@ KEPT_WHILE_SUSPENDED = (
 )
 
 
-def loader_refusals(outcome: PassOutcome) -> list[Rejection]:
-    """The documents the loader refused: a person's fix in Git is needed (the stages' problems
-    are retried instead)."""
-    return [r for r in outcome.refusals if r not in outcome.stage_problems]
-
-
 def describe(refusal: Rejection) -> str:
     """A refusal on one line: file, document, field, message and fix."""
     where = refusal.file if refusal.document is None else f"{refusal.file}#{refusal.document}"
@@ -95,11 +89,10 @@ def stalled(report: Report) -> tuple[str, str] | None:
     if report.conflicts:
         return "ForeignKonnector", report.conflicts
     outcome = report.last_pass
-    refused = loader_refusals(outcome) if outcome is not None else []
+    refused = outcome.rejections if outcome is not None else ()
     if refused:
-        count = len({(r.file, r.document) for r in refused})
         return "DocumentsRefused", (
-            f"{count} document(s) refused, reasons in the write-back; the first: "
+            f"{documents(refused)} document(s) refused, reasons in the write-back; the first: "
             + describe(refused[0])
         )
     return None

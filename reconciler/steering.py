@@ -17,8 +17,9 @@ def requested_at(obj: Mapping[str, Any]) -> str | None:
     return None if value in (None, "") else str(value)
 
 
-def resume_hint(source: str, name: str) -> str:
-    """How a person resumes a registration: the CLI for a RepositoryBinding, else the config."""
-    if source.startswith("RepositoryBinding "):
-        return f"resume with: klutch-gitops resume {source.removeprefix('RepositoryBinding ')}"
+def resume_hint(binding: tuple[str, str] | None, name: str) -> str:
+    """How a person resumes a registration: the CLI for a RepositoryBinding (its namespace and
+    name), else the config."""
+    if binding is not None:
+        return f"resume with: klutch-gitops resume {'/'.join(binding)}"
     return f"set suspend: false on repository {name} in the reconciler's config to resume"

@@ -27,13 +27,14 @@ JITTER = 0.1  # a back-off is shortened by up to this fraction, so keys failing 
 class QueueObserver(Protocol):
     """What a queue tells its metrics (client-go's workqueue metrics provider, in small).
 
-    ``started`` and ``finished`` name the key, so an observer can tell how long the keys still
-    being handled have run (client-go's unfinished-work and longest-running-processor gauges).
+    ``started`` and ``finished`` name the key: the observer times the work, and can tell how long
+    the keys still being handled have run (client-go's unfinished-work and longest-running-
+    processor gauges).
     """
 
     def added(self, depth: int) -> None: ...
     def started(self, key: Hashable, waited: float, depth: int) -> None: ...
-    def finished(self, key: Hashable, worked: float) -> None: ...
+    def finished(self, key: Hashable) -> None: ...
     def retried(self) -> None: ...
 
 
@@ -44,7 +45,7 @@ class _Unobserved:
     def started(self, key: Hashable, waited: float, depth: int) -> None:
         pass
 
-    def finished(self, key: Hashable, worked: float) -> None:
+    def finished(self, key: Hashable) -> None:
         pass
 
     def retried(self) -> None:
@@ -71,7 +72,6 @@ class WorkQueue(Generic[K]):
         """``observer`` hears of adds, waits, work times and retries (``reconciler/metrics.py``)."""
         self._observer = observer or _Unobserved()
         self._added: dict[K, float] = {}  # key -> when it entered the queue (real time)
-        self._started: dict[K, float] = {}  # key -> when a worker took it
         self._base_delay = base_delay
         self._max_delay = max_delay
         self._qps = qps
@@ -140,7 +140,6 @@ class WorkQueue(Generic[K]):
                     self._dirty.discard(key)
                     self._processing.add(key)
                     now = time.monotonic()
-                    self._started[key] = now
                     self._observer.started(key, now - self._added.pop(key, now), len(self._queue))
                     return key
                 wait = None if next_due is None else max(0.0, next_due - self._clock())
@@ -155,10 +154,9 @@ class WorkQueue(Generic[K]):
     def done(self, key: K) -> None:
         """Finish processing ``key``; if it was added meanwhile it is queued again now."""
         with self._cond:
-            self._processing.discard(key)
-            started = self._started.pop(key, None)
-            if started is not None:
-                self._observer.finished(key, time.monotonic() - started)
+            if key in self._processing:
+                self._processing.discard(key)
+                self._observer.finished(key)
             if key in self._dirty:
                 self._queue.append(key)
                 self._observer.added(len(self._queue))

@@ -20,9 +20,14 @@ def documents(refusals: Iterable[Rejection]) -> int:
 class PassOutcome:
     commit: str  # the Git commit whose desired state the pass applied
     claims: int  # claims mirrored to the Control Plane
-    refusals: tuple[Rejection, ...]  # every problem of the pass
-    # the refusals the stages found (apply, prune, adoption, konnector, finalize), not the loader
+    rejections: tuple[Rejection, ...]  # the documents the loader refused: Git needs a fix
+    # what the stages found (apply, prune, adoption, konnector, finalize): retried next pass
     stage_problems: tuple[Rejection, ...] = ()
+
+    @property
+    def refusals(self) -> tuple[Rejection, ...]:
+        """Every problem of the pass, the loader's first."""
+        return (*self.rejections, *self.stage_problems)
 
     @property
     def refused(self) -> int:

@@ -139,10 +139,10 @@ class RepositorySync:
                 view, self.name, spec.app_namespaces, spec.path, self.conflicts, self._held
             )
             problems += holding
-            refusals = (*desired.rejections, *problems)
-            statuses = observe(view, desired, mirrored, self.name, refusals)
+            outcome = PassOutcome(head, len(mirrored), desired.rejections, tuple(problems))
+            statuses = observe(view, desired, mirrored, self.name, outcome.refusals)
             self._schedule_write_back(desired, statuses, problems)
-            self.last_pass = PassOutcome(head, len(mirrored), refusals, tuple(problems))
+            self.last_pass = outcome
             self._again(pending)
 
     def _fetch(self) -> str | None:

@@ -155,7 +155,7 @@ def test_a_failed_fetch_is_retried_with_its_error() -> None:
 
 
 def test_a_stage_problem_is_retried_not_stalled() -> None:
-    outcome = PassOutcome(HEAD, 1, (STAGE,), (STAGE,))
+    outcome = PassOutcome(HEAD, 1, (), (STAGE,))
     found = by_type(binding_status(Report(**{**DONE.__dict__, "last_pass": outcome}), None, "t"))
     assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("False", "ApplyFailed")
     assert (found["Applied"]["status"], found["Applied"]["reason"]) == ("False", "ApplyFailed")
@@ -167,7 +167,7 @@ def test_a_stage_problem_is_retried_not_stalled() -> None:
 
 def test_a_loader_refusal_names_file_document_and_field() -> None:
     refusal = Rejection("claims/bad.yaml", "unknown plan", "use small", 2, "spec.plan")
-    outcome = PassOutcome(HEAD, 1, (refusal, STAGE), (STAGE,))
+    outcome = PassOutcome(HEAD, 1, (refusal,), (STAGE,))
     found = by_type(binding_status(Report(**{**DONE.__dict__, "last_pass": outcome}), None, "t"))
     assert found["Stalled"]["reason"] == "DocumentsRefused"
     assert "claims/bad.yaml#2 spec.plan: unknown plan. Fix: use small" in found["Ready"]["message"]
