@@ -24,16 +24,15 @@ def observe(
     desired: DesiredState,
     mirrored: tuple[Claim, ...],
     repository: str,
-    refusals: tuple[Rejection, ...] = (),
+    problems: tuple[Rejection, ...] = (),
 ) -> tuple[ObservedStatus, ...]:
     """Copy status and provider-owned Secrets to the mirrored App objects; return what Git
     gets (the status of every claim Git holds).
 
-    ``refusals`` (the loader's and the stages'): a live claim whose change was refused says so.
-    A mirrored claim tells the stages' refusals (its apply failed); one left out tells the
-    loader's (its document was refused, so the live claim keeps its old spec), never another
-    stage's: a kind a foreign konnector serves or another repository's object is not ours to
-    write status on."""
+    A live claim whose change was refused says so: a mirrored claim tells the stages'
+    ``problems`` (its apply failed); one left out tells the loader's refusal (its document was
+    refused, so the live claim keeps its old spec), never another stage's: a kind a foreign
+    konnector serves or another repository's object is not ours to write status on."""
     statuses = tuple(
         ObservedStatus(
             claim.identity,
@@ -44,8 +43,7 @@ def observe(
         )
         for claim in desired.claims
     )
-    loaded = set(desired.rejections)
-    told = events.refusals_by_claim(tuple(r for r in refusals if r not in loaded))
+    told = events.refusals_by_claim(problems)
     untold = events.refusals_by_claim(desired.rejections)
     for claim in mirrored:
         export = view.export_of(claim)

@@ -140,7 +140,7 @@ class RepositorySync:
             )
             problems += holding
             outcome = PassOutcome(head, len(mirrored), desired.rejections, tuple(problems))
-            statuses = observe(view, desired, mirrored, self.name, outcome.refusals)
+            statuses = observe(view, desired, mirrored, self.name, outcome.stage_problems)
             self._schedule_write_back(desired, statuses, problems)
             self.last_pass = outcome
             self._again(pending)

@@ -473,7 +473,7 @@ def test_a_refused_document_puts_synced_false_and_one_event_on_its_live_claim() 
         claim("db").identity,
     )
     for _ in range(3):  # passes
-        observe(view, DesiredState((), (refused,)), (), REPO, (refused,))
+        observe(view, DesiredState((), (refused,)), (), REPO)
     condition = synced(view)
     assert condition is not None
     assert (condition["status"], condition["reason"]) == ("False", "ReconcileError")
@@ -487,7 +487,7 @@ def test_a_fixed_document_gives_the_claim_its_providers_synced_back() -> None:
     view = mapped_view()
     live_and_copy(view)
     refused = Rejection("claims/db.yaml", "bad", "fix", 0, identity=claim("db").identity)
-    observe(view, DesiredState((), (refused,)), (), REPO, (refused,))
+    observe(view, DesiredState((), (refused,)), (), REPO)
     observe(view, DesiredState((claim("db"),), ()), (claim("db"),), REPO)
     assert synced(view) == PROVIDER_STATUS["conditions"][0]
 
@@ -510,7 +510,7 @@ def test_a_refusal_of_another_repositorys_claim_is_not_told() -> None:
     live_and_copy(view)
     view.app[(KIND, APP_NS, "db")]["metadata"]["labels"][objects.REPOSITORY_LABEL] = "other"
     refused = Rejection("claims/db.yaml", "bad", "fix", 0, identity=claim("db").identity)
-    observe(view, DesiredState((), (refused,)), (), REPO, (refused,))
+    observe(view, DesiredState((), (refused,)), (), REPO)
     assert view.writes == []
     assert view.events == []
 
