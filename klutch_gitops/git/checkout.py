@@ -26,6 +26,15 @@ class Author(Protocol):
     def email(self) -> str: ...
 
 
+def _who(author: Author) -> dict[str, str]:
+    """The environment that makes ``author`` the author and committer of what git writes."""
+    return {
+        f"GIT_{role}_{part}": value
+        for role in ("AUTHOR", "COMMITTER")
+        for part, value in (("NAME", author.name), ("EMAIL", author.email))
+    }
+
+
 class Checkout:
     """A private clone of one branch. The reconciler owns it: nobody else commits in it, so
     resetting it to the remote at any time loses nothing."""
@@ -147,12 +156,6 @@ class Checkout:
             return None
         if parent is not None and tree == self._run("rev-parse", f"{parent}^{{tree}}").strip():
             return None
-        who = {
-            "GIT_AUTHOR_NAME": author.name,
-            "GIT_AUTHOR_EMAIL": author.email,
-            "GIT_COMMITTER_NAME": author.name,
-            "GIT_COMMITTER_EMAIL": author.email,
-        }
         sha = self._run(
             "commit-tree",
             "--no-gpg-sign",
@@ -160,7 +163,7 @@ class Checkout:
             *(["-p", parent] if parent else []),
             "-m",
             message,
-            env=who,
+            env=_who(author),
         ).strip()
         self._run("update-ref", "-m", "klutch-gitops: commit", "HEAD", sha, parent or "")
         return sha
@@ -173,16 +176,45 @@ class Checkout:
         if head is None:
             raise KlutchError(f"nothing to push to {self.url} {self.branch}")
         failpoint("git.before-push")
-        status, out, err = self._git(
-            "push", "--porcelain", "origin", f"{head}:refs/heads/{self.branch}"
-        )
-        if status == 0:
+        pushed = self._push(f"{head}:refs/heads/{self.branch}")
+        if pushed:
             failpoint("git.after-push")
+        return pushed
+
+    def _push(self, refspec: str) -> bool:
+        """Push ``refspec`` without force; False when the remote ref moved meanwhile."""
+        status, out, err = self._git("push", "--porcelain", "origin", refspec)
+        if status == 0:
             return True
         rejected = any(line.startswith("!") and "[rejected]" in line for line in out.splitlines())
         if rejected or _MOVED_MEANWHILE.search(err):
             return False
         raise self._error("push", f"{err}\n{out}".strip())
+
+    # -- notes: refs/notes/* beside the branch, whose pushes never race people's branch pushes
+
+    def fetch_notes(self, ref: str) -> None:
+        """Take the remote's notes ``ref`` as ours; none while the remote has none."""
+        status, _, err = self._git(
+            "fetch", "--quiet", "--no-write-fetch-head", "origin", f"+{ref}:{ref}"
+        )
+        if status == 0:
+            return
+        if "couldn't find remote ref" not in err:
+            raise self._error("fetch", err)
+        self._run("update-ref", "-d", ref)
+
+    def note(self, ref: str, sha: str) -> str | None:
+        """The note on ``sha`` under ``ref``, None without one."""
+        status, out, _ = self._git("notes", "--ref", ref, "show", sha)
+        return out if status == 0 else None
+
+    def set_note(self, ref: str, sha: str, text: str, author: Author) -> None:
+        self._run("notes", "--ref", ref, "add", "-f", "-m", text, sha, env=_who(author))
+
+    def push_notes(self, ref: str) -> bool:
+        """Push the notes ``ref``, never forced; False when someone noted meanwhile."""
+        return self._push(f"{ref}:{ref}")
 
     def newest_commit(self, *, excluding: str) -> str | None:
         """The newest first-parent ancestor of HEAD (itself included) whose message has no line

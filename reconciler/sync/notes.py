@@ -23,8 +23,6 @@ import yaml
 from klutch_gitops.config import Bot
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git.checkout import Checkout
-from klutch_gitops.git.runner import DEFAULT_TIMEOUT, run_git
-from klutch_gitops.urls import url_transport
 
 _log = logging.getLogger(__name__)
 
@@ -45,34 +43,15 @@ def note_reconciled(
     for attempt in range(attempts):
         if attempt:
             sleep(min(5.0, 0.2 * 2**attempt))
-        _fetch_notes(checkout)
-        entries = dict(_entries(_git(checkout, "notes", "--ref", NOTES_REF, "show", sha)))
+        checkout.fetch_notes(NOTES_REF)
+        entries = dict(_entries(checkout.note(NOTES_REF, sha)))
         if registration in entries:
             return  # noted already (say, before a restart): nothing to push
         entries[registration] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
         text = yaml.safe_dump(dict(sorted(entries.items())), default_flow_style=False)
-        who = {
-            f"GIT_{role}_{part}": value
-            for role in ("AUTHOR", "COMMITTER")
-            for part, value in (("NAME", bot.name), ("EMAIL", bot.email))
-        }
-        status, _, err = _git(
-            checkout, "notes", "--ref", NOTES_REF, "add", "-f", "-m", text, sha, env=who
-        )
-        if status != 0:
-            raise KlutchError(
-                f"git notes add failed in {checkout.root}: {err.strip()}",
-                fix="deleting the working clone is safe, it is made again",
-            )
-        refspec = f"{NOTES_REF}:{NOTES_REF}"
-        status, out, err = _git(checkout, "push", "--porcelain", "origin", refspec)
-        if status == 0:
+        checkout.set_note(NOTES_REF, sha, text, bot)
+        if checkout.push_notes(NOTES_REF):
             return
-        if "[rejected]" not in out and "but expected" not in err:
-            raise KlutchError(
-                f"pushing {NOTES_REF} to {checkout.url} failed: {err.strip()}",
-                fix="check that the credentials may push refs/notes/*; the next pass tries again",
-            )
         _log.info("notes push to %s rejected, someone noted meanwhile; retrying", checkout.url)
     raise KlutchError(
         f"{NOTES_REF} push to {checkout.url} was rejected {attempts} times",
@@ -80,41 +59,12 @@ def note_reconciled(
     )
 
 
-def _fetch_notes(checkout: Checkout) -> None:
-    """Take the remote's notes ref as ours (ours holds nothing the remote lacks once pushed)."""
-    status, _, err = _git(
-        checkout, "fetch", "--quiet", "--no-write-fetch-head", "origin", f"+{NOTES_REF}:{NOTES_REF}"
-    )
-    if status == 0:
-        return
-    if "couldn't find remote ref" not in err:
-        raise KlutchError(
-            f"git fetch {NOTES_REF} from {checkout.url} failed: {err.strip()}",
-            fix="check the repository URL, the credentials and the network",
-        )
-    _git(checkout, "update-ref", "-d", NOTES_REF)  # nothing noted on the remote yet
-
-
-def _entries(result: tuple[int, str, str]) -> Mapping[str, str]:
+def _entries(note: str | None) -> Mapping[str, str]:
     """The note's registration → time entries; none when there is no note or it is not ours."""
-    status, out, _ = result
     try:
-        data = yaml.safe_load(out) if status == 0 else None
+        data = yaml.safe_load(note) if note is not None else None
     except yaml.YAMLError:
         return {}
     if not isinstance(data, Mapping):
         return {}
     return {str(k): str(v) for k, v in data.items()}
-
-
-def _git(
-    checkout: Checkout, *args: str, env: Mapping[str, str] | None = None
-) -> tuple[int, str, str]:
-    return run_git(
-        list(args),
-        cwd=checkout.root,
-        credentials=checkout.credentials,
-        transport=url_transport(checkout.url),
-        timeout=DEFAULT_TIMEOUT,
-        env=env,
-    )
