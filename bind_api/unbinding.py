@@ -131,8 +131,12 @@ def protection_refusal(plan: UnbindPlan) -> Refused | None:
 def plan(admin: Kube, consumer: str) -> UnbindPlan | None:
     """What unbinding ``consumer`` deletes now; None when its namespace is gone."""
     namespace = admin.get(NAMESPACES, None, consumer)
-    if namespace is None:
-        return None
+    return None if namespace is None else _planned(admin, namespace)
+
+
+def _planned(admin: Kube, namespace: Mapping[str, Any]) -> UnbindPlan:
+    """``plan`` of the consumer namespace ``namespace`` as just read."""
+    consumer = namespace["metadata"]["name"]
     mapped, _ = admin.list(NAMESPACES, label_selector=f"{CONSUMER_LABEL}={consumer}")
     names = sorted(n["metadata"]["name"] for n in mapped)
     claims: list[PlannedClaim] = []
@@ -166,9 +170,7 @@ def start(admin: Kube, consumer: str, *, force: bool) -> UnbindPlan | None:
             f"namespace {consumer} has no {IDENTITY_ANNOTATION}: not a consumer's",
             "pass the consumer namespace that bind returned",
         )
-    current = plan(admin, consumer)
-    if current is None:
-        return None
+    current = _planned(admin, namespace)
     if not force and (refusal := protection_refusal(current)):
         raise refusal
     admin.delete(NAMESPACES, None, consumer)
