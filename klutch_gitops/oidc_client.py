@@ -42,9 +42,22 @@ class Provider:
 
 
 def http_client(ca: str | None) -> httpx.Client:
-    """An HTTPS client that trusts ``ca`` (a private issuer such as the local Dex) or the system."""
-    verify = ssl.create_default_context(cafile=ca) if ca else True
+    """An HTTPS client that trusts ``ca`` (a private issuer such as the local Dex) or the system;
+    a CA file that cannot be used is a KlutchError naming it."""
+    verify = tls_context(ca, "the issuer") if ca else True
     return httpx.Client(verify=verify, timeout=15.0)
+
+
+def tls_context(ca: str, server: str = "the bind API") -> ssl.SSLContext:
+    """Verify ``server`` against the CA bundle of ``--ca`` (PEM) instead of the system's."""
+    try:
+        return ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise KlutchError(
+            f"cannot use --ca {ca}: {reason}",
+            f"pass a readable PEM bundle of the CA that signed {server}'s certificate",
+        ) from None
 
 
 def discover(http: httpx.Client, issuer: str) -> Provider:

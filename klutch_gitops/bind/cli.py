@@ -107,8 +107,6 @@ def login(
     """Log in to the issuer and cache the tokens (owner-only) for the other commands."""
     use_browser = not headless() if browser is None else browser
     token_cache.ready_dir()  # before the login: tokens that cannot be cached would be lost
-    if ca:
-        bind_client.tls_context(ca, "the issuer")  # names a missing --ca file
     with http_client(ca) as http:
         provider = discover(http, issuer)
         if use_browser:
@@ -145,8 +143,6 @@ def logout(issuer: Issuer) -> None:
     if not entries:
         out.print(f"not logged in to {issuer}")
         return
-    if entries[0].ca:
-        bind_client.tls_context(entries[0].ca, "the issuer")  # the login's --ca, if gone
     with http_client(entries[0].ca) as http:
         provider = discover(http, issuer)
         revoked = [token_cache.revoke(http, provider, tokens) for tokens in entries]

@@ -17,6 +17,7 @@ import httpx
 
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import NAMESPACES, SECRETS, Resource
+from klutch_gitops.oidc_client import tls_context
 
 BIND_NAMESPACE = "klutch-bind"
 FIELD_MANAGER = "klutch-bind"
@@ -103,18 +104,6 @@ class BindClient:
                 "check that the URL is the bind API's base URL",
             ) from None
         return body if isinstance(body, dict) else {}
-
-
-def tls_context(ca: str, server: str = "the bind API") -> ssl.SSLContext:
-    """Verify ``server`` against the CA bundle of ``--ca`` (PEM) instead of the system's."""
-    try:
-        return ssl.create_default_context(cafile=ca)
-    except (OSError, ssl.SSLError) as error:
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
-        raise KlutchError(
-            f"cannot use --ca {ca}: {reason}",
-            f"pass a readable PEM bundle of the CA that signed {server}'s certificate",
-        ) from None
 
 
 def transport_error(base_url: str, error: httpx.HTTPError) -> KlutchError:

@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 
-from klutch_gitops.bind.client import tls_context
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.oidc_client import (
     Provider,
@@ -216,8 +215,6 @@ def fresh_id_token(issuer: str, client_id: str | None = None, min_valid: float =
         )
     tokens = entries[0]
     if tokens.expires_within(min_valid):
-        if tokens.ca:
-            tls_context(tokens.ca, "the issuer")  # its --ca, if gone
         with http_client(tokens.ca) as http:
             tokens = refresh(http, tokens)
         save(tokens)
