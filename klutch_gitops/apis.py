@@ -57,6 +57,9 @@ def mapped_namespace(consumer: str, app_namespace: str) -> str:
 # fetching, applying and writing back, like ``spec.suspend``, until it is removed or "false".
 REQUESTED_AT_ANNOTATION = "gitops.klutch.anynines.com/requestedAt"
 SUSPEND_ANNOTATION = "gitops.klutch.anynines.com/suspend"
+# On every App claim the reconciler writes: the registration it comes from (klutch-gitops get
+# claims lists by it).
+REPOSITORY_LABEL = "gitops.klutch.anynines.com/repository"
 # On a claim (in Git or on the live App object): never deleted by a prune; the reconciler copies it
 # to the Control Plane copy, where the bind API refuses an unforced unbind that would delete it.
 DELETION_PROTECTION = "gitops.klutch.anynines.com/deletion-protection"

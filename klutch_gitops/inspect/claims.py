@@ -10,12 +10,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from klutch_gitops.apis import REPOSITORY_LABEL
 from klutch_gitops.inspect.table import age, short
 from klutch_gitops.kube.client import Kube, KubeError, Resource
 from klutch_gitops.kube.conditions import by_type
 
-# The reconciler's REPOSITORY_LABEL (reconciler/sync/objects.py, a wing: not importable here).
-REPOSITORY_LABEL = "gitops.klutch.anynines.com/repository"
 HEADERS = ["KIND", "NAME", "READY", "SYNCED", "REASON", "REPOSITORY", "AGE"]
 REASON_WIDTH = 100
 _BUILTIN = {"apps", "batch", "autoscaling", "policy", "apiregistration.k8s.io"}

@@ -14,13 +14,12 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from klutch_gitops.apis import DELETION_PROTECTION
+from klutch_gitops.apis import DELETION_PROTECTION, REPOSITORY_LABEL
 from klutch_gitops.kube.events import timestamp
 from klutch_gitops.manifests import Claim, Identity
 from reconciler.sync import events
 
 PREFIX = "gitops.klutch.anynines.com"
-REPOSITORY_LABEL = f"{PREFIX}/repository"
 PATH_ANNOTATION = f"{PREFIX}/path"
 FILE_ANNOTATION = f"{PREFIX}/file"
 COMMIT_ANNOTATION = f"{PREFIX}/commit"
