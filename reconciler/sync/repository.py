@@ -44,6 +44,10 @@ Key = tuple[str, str]  # ("sync" | "writeback", repository name)
 # While a foreign konnector conflict stands, look again this often: its kubeconfig Secret may be
 # pointed at our consumer namespace without any event the reconciler watches.
 KONNECTOR_RECHECK_SECONDS = 30.0
+# After an apply a cluster refused (an admission webhook down, a quota, a policy since changed),
+# try again this often: nothing the reconciler watches says when the refusal ends, and the status
+# promises a retry (Applied=False, Reconciling=True).
+APPLY_RETRY_SECONDS = 10.0
 
 
 class RepositorySync:
@@ -132,7 +136,8 @@ class RepositorySync:
             )
             problems += refused
             source = Source(self.name, spec.path, head, self.external)
-            problems += apply_claims(view, mirrored, source)
+            refused_applies = apply_claims(view, mirrored, source)
+            problems += refused_applies
             if not self.external:
                 problems += prune(view, desired, self.conflicts)
             self._held, holding = finalize(
@@ -143,7 +148,7 @@ class RepositorySync:
             statuses = observe(view, desired, mirrored, self.name, outcome.stage_problems)
             self._schedule_write_back(desired, statuses, problems)
             self.last_pass = outcome
-            self._again(pending)
+            self._again(pending, retry=bool(refused_applies))
 
     def _fetch(self) -> str | None:
         """The branch's head, fetched when asked to (or never yet); None while it does not exist."""
@@ -159,12 +164,14 @@ class RepositorySync:
             self.fetch_error = None
         return self.head
 
-    def _again(self, pending: bool) -> None:
-        """Look again soon while a namespace mapping is pending, and now and then while a
-        konnector conflict stands."""
+    def _again(self, pending: bool, retry: bool) -> None:
+        """Look again soon while a namespace mapping is pending, after a refused apply, and now
+        and then while a konnector conflict stands."""
         self.pending = pending
         if pending:
             self._enqueue_after(("sync", self.name), 0.5)
+        elif retry:
+            self._enqueue_after(("sync", self.name), APPLY_RETRY_SECONDS)
         elif self.conflicts:
             self._enqueue_after(("sync", self.name), KONNECTOR_RECHECK_SECONDS)
 

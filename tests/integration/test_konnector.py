@@ -148,14 +148,19 @@ class Konnector:
         """spec_reconcile.go: the APIServiceNamespace, created when missing; None until mapped."""
         mapping = self.provider.get(API_SERVICE_NAMESPACES, self.consumer, namespace)
         if mapping is None:
-            mapping = self.provider.create(
-                API_SERVICE_NAMESPACES,
-                {
-                    "apiVersion": API_SERVICE_NAMESPACES.api_version,
-                    "kind": "APIServiceNamespace",
-                    "metadata": {"name": namespace, "namespace": self.consumer},
-                },
-            )
+            try:
+                mapping = self.provider.create(
+                    API_SERVICE_NAMESPACES,
+                    {
+                        "apiVersion": API_SERVICE_NAMESPACES.api_version,
+                        "kind": "APIServiceNamespace",
+                        "metadata": {"name": namespace, "namespace": self.consumer},
+                    },
+                )
+            except KubeError as error:
+                if error.status != 409:
+                    raise
+                return None  # made meanwhile (the reconciler asks for the same): the next sync
         return (mapping.get("status") or {}).get("namespace") or None
 
     def sync_spec(self, resource: Resource, obj: dict[str, Any]) -> None:
