@@ -6,15 +6,16 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 SETUP  := $(VENV)/.setup-done
-# Debian packages the local stack runs: OpenLDAP's slapd (the directory behind Dex) and PostgreSQL
-# (the local data-service backend).
-DEBIAN_PACKAGES := slapd postgresql
+# Debian packages the local stack runs: OpenLDAP's slapd (the directory behind Dex), PostgreSQL
+# (the local data-service backend) and Redis (Argo CD's cache, in the co-deployment tests).
+DEBIAN_PACKAGES := slapd postgresql redis-server
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup debian-packages bins run down status test unit integration chaos security bench lint format clean
 
 $(SETUP): pyproject.toml
-	@test -x /usr/sbin/slapd && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 \
+	@test -x /usr/sbin/slapd && test -x /usr/bin/redis-server \
+		&& ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 \
 		|| $(MAKE) --no-print-directory debian-packages
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -28,7 +29,7 @@ debian-packages:
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		$(DEBIAN_PACKAGES)
 
-bins: setup            ## build kube-apiserver, kube-controller-manager, kubectl, etcd, Dex, Crossplane, helm, Gitea (cached)
+bins: setup            ## build kube-apiserver, kube-controller-manager, kubectl, etcd, Dex, Crossplane 2 and 1.20, Flux, Argo CD, helm, Gitea (cached)
 	$(BIN)/klutch-gitops dev bins
 
 run: bins              ## local stack + example repositories + the reconciler (Ctrl-C stops it)

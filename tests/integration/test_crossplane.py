@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from klutch_gitops.dev.localstack import binaries, crossplane
+from klutch_gitops.dev.localstack import crossplane
 from tests.conftest import TwinNamespace
 
 from .test_clusters import eventually, status_of
@@ -44,7 +44,7 @@ def crd_established(api: client.ApiextensionsV1Api, name: str) -> bool:
 def test_crossplane_crds_are_established_on_the_control_plane_only(
     clusters: dict[str, client.ApiClient],
 ) -> None:
-    crd_dir = binaries.require("crossplane-crds")["crossplane-crds"]
+    crd_dir = crossplane.programs()["crossplane-crds"]
     names = [crd["metadata"]["name"] for crd in crossplane.load_crds(crd_dir)]
     assert "compositeresourcedefinitions.apiextensions.crossplane.io" in names
     control_plane = client.ApiextensionsV1Api(clusters["control-plane"])

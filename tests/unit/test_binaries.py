@@ -17,10 +17,21 @@ ALL = (
     "kubectl",
     "dex",
     "crossplane",
+    "crossplane-v1",
+    "source-controller",
+    "kustomize-controller",
+    "argocd",
     "helm",
     "gitea",
 )
-ASSETS = ("crossplane-crds", "gitea-static")
+ASSETS = (
+    "crossplane-crds",
+    "crossplane-v1-crds",
+    "source-controller-crds",
+    "kustomize-controller-crds",
+    "argocd-crds",
+    "gitea-static",
+)
 
 
 @pytest.fixture
@@ -44,7 +55,12 @@ def test_versions_come_from_the_committed_wrapper_modules() -> None:
     assert versions["kubernetes"] == "v1.34.3"
     assert versions["etcd"].startswith("v3.6.")
     assert versions["dex"] == "v0.0.0-20240807174518-43956db7fd75"  # v2.41.1
-    assert versions["crossplane"].startswith("v1.20.")  # Klutch supports Crossplane 1.17-1.20
+    assert versions["crossplane"].startswith("v2.")  # the stack's default
+    assert versions["crossplane-v1"].startswith("v1.20.")  # Klutch supports Crossplane 1.17-1.20
+    # Flux 2.x's controllers: v1.9 is the newest line Go 1.26 builds (v1.10 needs Go 1.27).
+    assert versions["source-controller"].startswith("v1.9.")
+    assert versions["kustomize-controller"].startswith("v1.9.")
+    assert versions["argo-cd"].startswith("v3.")
 
 
 def test_kubernetes_version_is_stamped_into_both_version_packages() -> None:
@@ -56,10 +72,14 @@ def test_kubernetes_version_is_stamped_into_both_version_packages() -> None:
 
 
 def test_crossplane_version_is_stamped() -> None:
-    crossplane = next(c for c in binaries.COMPONENTS if c.name == "crossplane")
-    assert crossplane.ldflags() == (
-        f"-X github.com/crossplane/crossplane/internal/version.version={crossplane.version()}"
-    )
+    """Where each major line keeps it: 2.x in crossplane-runtime, 1.x in its own module."""
+    stamped = {
+        "crossplane": "github.com/crossplane/crossplane-runtime/v2/pkg/version.version",
+        "crossplane-v1": "github.com/crossplane/crossplane/internal/version.version",
+    }
+    for name, variable in stamped.items():
+        component = next(c for c in binaries.COMPONENTS if c.name == name)
+        assert component.ldflags() == f"-X {variable}={component.version()}"
 
 
 def test_helm_is_stamped_with_its_version_and_its_client_go_kubernetes_version() -> None:
@@ -178,7 +198,9 @@ def fake_go(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ALL:
         if name != "crossplane":
             executable(isolated / "prebuilt" / name)
-    (isolated / "prebuilt" / "gitea-static").mkdir()
+    for name in ASSETS:
+        if name != "crossplane-crds":
+            (isolated / "prebuilt" / name).mkdir()
     monkeypatch.setenv("KLUTCH_BIN_DIR", str(isolated / "prebuilt"))
     module = isolated / "modcache" / "crossplane"
     monkeypatch.setattr(binaries, "_check_go", lambda: None)

@@ -21,10 +21,36 @@ from typing import Any
 
 import yaml
 
-from klutch_gitops.dev.localstack import kubeconfig
+from klutch_gitops.dev.localstack import binaries, kubeconfig
 from klutch_gitops.dev.localstack.launcher import Launcher
 from klutch_gitops.dev.localstack.pki import KeyPair, Pki
 from klutch_gitops.dev.localstack.processes import Process, free_port
+from klutch_gitops.errors import KlutchError
+
+# The Crossplane lines the stack runs, by KLUTCH_CROSSPLANE_VERSION: the binary and CRD directory
+# `make bins` builds for each (binaries.py).
+VERSIONS = {"2": ("crossplane", "crossplane-crds"), "1.20": ("crossplane-v1", "crossplane-v1-crds")}
+DEFAULT_VERSION = "1.20"
+VERSION_VARIABLE = "KLUTCH_CROSSPLANE_VERSION"
+
+
+def selected_version() -> str:
+    """The Crossplane line this process's stacks run, or an error naming the choices."""
+    version = os.environ.get(VERSION_VARIABLE) or DEFAULT_VERSION
+    if version not in VERSIONS:
+        raise KlutchError(
+            f"{VERSION_VARIABLE}={version!r} is not a Crossplane line the local stack runs",
+            f"set it to one of {', '.join(sorted(VERSIONS))}, or unset it for {DEFAULT_VERSION}",
+        )
+    return version
+
+
+def programs() -> dict[str, Path]:
+    """The selected line's binary and CRDs, as ``crossplane`` and ``crossplane-crds``."""
+    binary, crds = VERSIONS[selected_version()]
+    found = binaries.require(binary, crds)
+    return {"crossplane": found[binary], "crossplane-crds": found[crds]}
+
 
 # libyaml's safe loader parses the 1.3 MB of CRDs in 0.1 s, PyYAML's in 1.5 s of stack start-up.
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

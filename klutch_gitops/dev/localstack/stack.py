@@ -338,9 +338,8 @@ def programs() -> dict[str, Path]:
             "kube-apiserver",
             "kube-controller-manager",
             "dex",
-            "crossplane",
-            "crossplane-crds",
         ),
+        **crossplane.programs(),
         **ldap.programs(),
         "postgres": postgres.bin_dir() / "postgres",
     }
