@@ -1,3 +1,6 @@
+// Wrapper module: builds Argo CD (one binary; ARGOCD_BINARY_NAME makes it application-controller or
+// repo-server), a test peer run out of cluster against the App Cluster. 3.3 is the newest line
+// whose gitops-engine the module proxy serves and Go 1.26 builds. Its replaces are repeated here.
 module github.com/anynines/klutch-gitops/tools/bins/argo-cd
 
 go 1.25.5

@@ -1,3 +1,6 @@
+// Wrapper module: builds Crossplane 2 core (crossplane core start runs it out of cluster). Its own
+// go.mod replaces apis/v2 with ./apis, which does not apply to dependents: apis/v2 is required at
+// the same version instead.
 module github.com/anynines/klutch-gitops/tools/bins/crossplane
 
 go 1.25.11
@@ -45,7 +48,7 @@ require (
 	github.com/chrismellard/docker-credential-acr-env v0.0.0-20230304212654-82a0ddb27589 // indirect
 	github.com/coreos/go-oidc/v3 v3.17.0 // indirect
 	github.com/crossplane/crossplane-runtime/v2 v2.4.0 // indirect
-	github.com/crossplane/crossplane/apis/v2 v2.3.4 // indirect
+	github.com/crossplane/crossplane/apis/v2 v2.4.0 // indirect
 	github.com/crossplane/crossplane/v2 v2.4.0 // indirect
 	github.com/cyberphone/json-canonicalization v0.0.0-20241213102144-19d51d7fe467 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect

@@ -1,3 +1,5 @@
+// Wrapper module: builds Flux's kustomize-controller (its module root is the main package), a test
+// peer run out of cluster against the App Cluster. Its replace directives are repeated here.
 module github.com/anynines/klutch-gitops/tools/bins/kustomize-controller
 
 go 1.26.0

@@ -1,3 +1,6 @@
+// Wrapper module: builds Flux's source-controller (its module root is the main package), a test
+// peer run out of cluster against the App Cluster. Its replace directives are repeated here; the
+// module proxy refuses fluxcd/pkg/artifact v0.18.2 and v0.18.3, so v0.18.1 (same API) stands in.
 module github.com/anynines/klutch-gitops/tools/bins/source-controller
 
 go 1.26.0
