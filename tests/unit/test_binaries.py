@@ -268,3 +268,46 @@ def test_trees_are_copied_whole_and_writable(
     with pytest.raises(KlutchError) as raised:
         binaries._copy_trees(gitea, gitea.trees["gitea-static"], isolated / "again")
     assert "no files in templates/" in raised.value.message
+
+
+def test_modules_are_downloaded_before_their_component_builds(
+    fake_go: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``go list -deps`` of exactly the binaries' packages, so test-only modules the proxy
+    refuses are never asked for; the build of a component waits for its download."""
+    (fake_go / "cluster" / "crds").mkdir(parents=True)
+    (fake_go / "cluster" / "crds" / "a.yaml").write_text("a")
+    calls: list[tuple[str, list[str]]] = []
+
+    def run_go(component: binaries.Component, name: str, argv: list[str]) -> str:
+        calls.append((component.name, argv))
+        return json.dumps({"Dir": str(fake_go)})
+
+    monkeypatch.setattr(binaries, "_run_go", run_go)
+    monkeypatch.setattr(
+        binaries,
+        "_go_build",
+        lambda component, binary, output: (
+            calls.append((component.name, ["build"])),
+            executable(output),
+        ),
+    )
+    binaries.build_missing()
+    crossplane = [argv for name, argv in calls if name == "crossplane"]
+    assert crossplane[0] == [
+        "go", "list", "-deps", "-f", "{{.ImportPath}}",
+        "github.com/crossplane/crossplane/v2/cmd/crossplane",
+    ]  # fmt: skip
+    assert ["build"] in crossplane[1:]
+
+
+def test_a_refused_download_fails_the_build_and_names_it(
+    fake_go: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def run_go(component: binaries.Component, name: str, argv: list[str]) -> str:
+        raise KlutchError(f"building {name} failed: 403 Forbidden", "check the module proxy")
+
+    monkeypatch.setattr(binaries, "_run_go", run_go)
+    with pytest.raises(KlutchError, match="crossplane modules"):
+        binaries.build_missing()
+    assert binaries.resolve_all()["crossplane"].path is None

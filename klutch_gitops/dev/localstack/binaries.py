@@ -18,12 +18,15 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from klutch_gitops.dev.localstack.components import COMPONENTS, TOOLS_DIR, Component
 from klutch_gitops.errors import KlutchError
+
+PREFETCHERS = 3  # components whose modules download at once
 
 
 def cache_root() -> Path:
@@ -94,46 +97,80 @@ def build_missing(on_start: Callable[[str, str], None] = lambda c, b: None) -> l
 
     A component is built into a temporary directory and renamed into the cache only when all of its
     binaries built, so an interrupted build never leaves a half-filled cache entry. A lock keeps two
-    concurrent builds (say, two checkouts' test runs) from racing.
+    concurrent builds (say, two checkouts' test runs) from racing. The modules of every component
+    to build are downloaded in the background while the first ones compile: a cold build spends
+    much of its time waiting on the module proxy, and compiling already keeps both cores busy.
     """
     _check_go()
     reports: list[BuildReport] = []
     cache_root().mkdir(parents=True, exist_ok=True)
     with _lock(cache_root() / ".lock"):
         resolved = resolve_all()  # inside the lock: a concurrent build may just have finished
+        todo: list[tuple[Component, list[str]]] = []
         for component in COMPONENTS:
-            version = component.version()
             names = [*component.binaries, *component.assets, *component.trees]
             wanted = [n for n in names if resolved[n].path is None]
             reports += [
-                BuildReport(component.name, version, n, resolved[n].source, None)
+                BuildReport(component.name, component.version(), n, resolved[n].source, None)
                 for n in names
                 if n not in wanted
             ]
-            if not wanted:
-                continue
-            target = cache_dir(component)
-            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_root()))
+            if wanted:
+                todo.append((component, wanted))
+        with ThreadPoolExecutor(PREFETCHERS, thread_name_prefix="go-mod-download") as pool:
+            fetched = [pool.submit(_prefetch, component) for component, _ in todo]
             try:
-                if target.exists():  # keep what of this version is already there
-                    shutil.copytree(target, staging, dirs_exist_ok=True)
-                for name in wanted:
-                    on_start(component.name, name)
-                    started = time.monotonic()
-                    if name in component.binaries:
-                        _go_build(component, name, staging / name)
-                    elif name in component.assets:
-                        _copy_asset(component, component.assets[name], staging / name)
-                    else:
-                        _copy_trees(component, component.trees[name], staging / name)
-                    seconds = time.monotonic() - started
-                    reports.append(BuildReport(component.name, version, name, "built", seconds))
-                if target.exists():
-                    shutil.rmtree(target)
-                staging.rename(target)
+                for (component, wanted), download in zip(todo, fetched, strict=True):
+                    download.result()
+                    reports += _build(component, wanted, on_start)
             finally:
-                shutil.rmtree(staging, ignore_errors=True)
+                for download in fetched:
+                    download.cancel()  # after a failure, start no further download
     return reports
+
+
+def _build(
+    component: Component, wanted: list[str], on_start: Callable[[str, str], None]
+) -> list[BuildReport]:
+    """Build ``wanted`` of one component into its cache directory, all or nothing."""
+    reports = []
+    target = cache_dir(component)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_root()))
+    try:
+        if target.exists():  # keep what of this version is already there
+            shutil.copytree(target, staging, dirs_exist_ok=True)
+        for name in wanted:
+            on_start(component.name, name)
+            started = time.monotonic()
+            if name in component.binaries:
+                _go_build(component, name, staging / name)
+            elif name in component.assets:
+                _copy_asset(component, component.assets[name], staging / name)
+            else:
+                _copy_trees(component, component.trees[name], staging / name)
+            seconds = time.monotonic() - started
+            reports.append(BuildReport(component.name, component.version(), name, "built", seconds))
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return reports
+
+
+def _prefetch(component: Component) -> None:
+    """Download the modules the component's binaries import (``go list -deps`` fetches exactly
+    those, where ``go mod download`` would also fetch test-only modules the proxy may refuse)."""
+    argv = [
+        "go",
+        "list",
+        "-deps",
+        "-f",
+        "{{.ImportPath}}",
+        *(["-tags", ",".join(component.tags)] if component.tags else []),
+        *component.binaries.values(),
+    ]
+    _run_go(component, f"{component.name} modules", argv)
 
 
 def _go_env(component: Component) -> dict[str, str]:
