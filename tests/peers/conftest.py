@@ -1,0 +1,32 @@
+"""The session's real Flux: started once, by the first test that asks for ``flux``, against the
+session stack's App Cluster, and stopped at the end of the run; its logs are printed when it
+fails to start and named in every test's failure through ``FluxPeer.tails``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from klutch_gitops.dev.localstack.stack import StackInfo
+from tests.gitserver import GitServer
+
+from .flux import FluxPeer, start_flux, stop_flux
+
+
+@pytest.fixture(scope="session")
+def flux(
+    stack: StackInfo,
+    clusters: dict[str, client.ApiClient],
+    git_server: GitServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[FluxPeer]:
+    peer = start_flux(
+        clusters["app"],
+        stack.clusters["app"].kubeconfig,
+        git_server,
+        tmp_path_factory.mktemp("flux"),
+    )
+    yield peer
+    stop_flux(peer)
