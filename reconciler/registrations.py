@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 # be a repository's: names match REPOSITORY_NAME_PATTERN, which has no ':' and no leading '.'.
 PLATFORM = ":platform"
 PLATFORM_DIR = ".platform"
-WATCHED_POLL_ROUNDS = 10  # a file:// remote is watched: poll it every tenth round only
+WATCHED_POLL_ROUNDS = 10  # a file:// remote is watched: poll it every tenth interval only
 
 
 def registration_name(meta: dict) -> str:
@@ -235,7 +235,7 @@ class Registrations:
             self.queue.add,
             self.queue.add_after,
         )
-        self.watch_source(name, spec.url, spec.branch)
+        self.watch_source(name, spec.url, spec.branch, spec.poll_interval)
         self.queue.add(("sync", name))
 
     def release(self, name: str) -> None:
@@ -344,12 +344,14 @@ class Registrations:
 
     # -- sources ----------------------------------------------------------------------------
 
-    def watch_source(self, name: str, url: str, branch: str) -> None:
+    def watch_source(self, name: str, url: str, branch: str, interval: float | None = None) -> None:
+        """Poll at the registration's own ``pollInterval`` (None: the config file's); a new
+        spec comes through ``register``, so a changed interval takes effect with it."""
         if url.startswith("file://"):
             self.watcher.watch(name, Path(url.removeprefix("file://")))
-            self.poller.watch(name, url, branch, every=WATCHED_POLL_ROUNDS)  # a safety net
+            self.poller.watch(name, url, branch, interval, every=WATCHED_POLL_ROUNDS)  # safety net
         else:
-            self.poller.watch(name, url, branch)
+            self.poller.watch(name, url, branch, interval)
 
     def unwatch(self, name: str) -> None:
         self.poller.unwatch(name)

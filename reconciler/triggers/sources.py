@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Hashable, Iterable
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -25,28 +26,54 @@ K = TypeVar("K", bound=Hashable)
 
 log = logging.getLogger(__name__)
 
-JITTER = 0.1  # poll rounds are spread by this fraction, so many reconcilers do not beat in step
+JITTER = 0.1  # polls are spread by this fraction, so many reconcilers do not beat in step
 RETRY_DELAY = 5.0  # seconds before a failed file watch starts again
 _UNSEEN = object()  # no observation yet: the first one always counts as a change
+_FAILED = object()  # an ask that failed: nothing observed
 
 
 @dataclass(frozen=True)
 class _Remote:
     url: str
     branch: str
-    every: int  # asked every this many rounds
+    period: float  # seconds between two asks
+
+
+def next_poll(now: float, period: float, draw: float) -> float:
+    """When a remote asked at ``now`` is asked again: ``period`` later, spread by ``JITTER``
+    (``draw`` in [0, 1)), so remotes watched at the same moment drift apart."""
+    return now + period * (1.0 + JITTER * (2.0 * draw - 1.0))
+
+
+def rescheduled(due: float | None, now: float, period: float, draw: float) -> float:
+    """A watched remote's next ask after ``watch``: at once when it is new (``due`` None), else
+    no later than one new ``period`` from now, so a shortened interval takes effect at once and
+    a lengthened one after the ask already planned."""
+    if due is None:
+        return now
+    return min(due, next_poll(now, period, draw))
+
+
+def due_now(dues: Mapping[K, float], now: float) -> tuple[list[K], float | None]:
+    """The keys due at ``now``, earliest first, and the seconds until the next one is due
+    (None: nothing watched)."""
+    ready = sorted((key for key, at in dues.items() if at <= now), key=lambda key: dues[key])
+    later = [at for at in dues.values() if at > now]
+    if ready:
+        return ready, 0.0
+    return ready, (min(later) - now) if later else None
 
 
 class Poller(Generic[K]):
-    """Runs ``ls_remote(key, url, branch)`` for every watched repository each interval, in one
-    thread; the key lets the caller ask with that registration's own credentials, never those of
-    another registration of the same URL.
+    """Runs ``ls_remote(key, url, branch)`` for every watched repository at its own interval, in
+    one thread that sleeps until the earliest remote is due; the key lets the caller ask with
+    that registration's own credentials, never those of another registration of the same URL.
 
     ``on_change(key)`` is called when a branch's commit differs from the one seen last, and for
     the first observation, so a repository is synchronised once when it starts being watched.
-    A remote that something else watches too (a ``file://`` one) is asked only ``every`` rounds:
-    the poll is a safety net there, and 100 remotes asked every round keep a core busy spawning
-    ``git``.
+    A remote that something else watches too (a ``file://`` one) is asked only every ``every``
+    intervals: the poll is a safety net there, and 100 remotes asked every interval keep a core
+    busy spawning ``git``.
     """
 
     def __init__(
@@ -55,28 +82,40 @@ class Poller(Generic[K]):
         ls_remote: Callable[[K, str, str], str | None],
         on_change: Callable[[K], None],
     ) -> None:
-        self._interval = interval
+        self._interval = interval  # for remotes watched without one of their own
         self._ls_remote = ls_remote
         self._on_change = on_change
         self._lock = threading.Lock()
         self._remotes: dict[K, _Remote] = {}
         self._seen: dict[K, object] = {}
+        self._due: dict[K, float] = {}  # time.monotonic() of each remote's next ask
         self._stop = threading.Event()
+        self._wake = threading.Event()  # the set of remotes or their intervals changed
         self._thread: threading.Thread | None = None
-        self._rounds = 0
 
-    def watch(self, key: K, url: str, branch: str, every: int = 1) -> None:
-        """Follow ``branch`` at ``url``; a changed URL or branch counts as unseen."""
-        remote = _Remote(url, branch, every)
+    def watch(
+        self, key: K, url: str, branch: str, interval: float | None = None, every: int = 1
+    ) -> None:
+        """Follow ``branch`` at ``url`` every ``interval`` seconds (None: the poller's own)
+        times ``every``; a changed URL or branch counts as unseen and is asked at once."""
+        remote = _Remote(url, branch, (interval or self._interval) * every)
         with self._lock:
-            if self._remotes.get(key) != remote:
-                self._remotes[key] = remote
+            old = self._remotes.get(key)
+            if old == remote:
+                return
+            moved = old is None or (old.url, old.branch) != (url, branch)
+            if moved:
                 self._seen[key] = _UNSEEN
+            due = None if moved else self._due.get(key)
+            self._remotes[key] = remote
+            self._due[key] = rescheduled(due, time.monotonic(), remote.period, random.random())  # noqa: S311
+        self._wake.set()
 
     def unwatch(self, key: K) -> None:
         with self._lock:
             self._remotes.pop(key, None)
             self._seen.pop(key, None)
+            self._due.pop(key, None)
 
     def start(self) -> None:
         if self._thread is not None:
@@ -88,49 +127,52 @@ class Poller(Generic[K]):
     def stop(self) -> None:
         """Stop after the ``ls-remote`` in flight, if any; no further repository is asked."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._poll_round()
-            spread = 1.0 + JITTER * (2.0 * random.random() - 1.0)  # noqa: S311 - not secrecy
-            self._stop.wait(self._interval * spread)
-
-    def _poll_round(self) -> None:
-        with self._lock:
-            remotes = [
-                (key, remote)
-                for key, remote in self._remotes.items()
-                if self._rounds % remote.every == 0 or self._seen.get(key) is _UNSEEN
-            ]
-        self._rounds += 1
-        for key, remote in remotes:
-            if self._stop.is_set():
-                return
-            try:
-                sha = self._ls_remote(key, remote.url, remote.branch)
-            except Exception as error:
-                log.warning(
-                    "polling %s failed: %s",
-                    redact(remote.url),
-                    redact(str(error)),
-                    extra={"key": str(key), "url": redact(remote.url), "branch": remote.branch},
-                )
-                continue
+            self._wake.clear()  # before looking at the schedule, so a watch() now is not lost
             with self._lock:
-                if self._remotes.get(key) != remote or self._seen.get(key) == sha:
-                    continue  # unwatched or re-pointed meanwhile, or unchanged
-                self._seen[key] = sha
-            log.info(
-                "%s %s moved to %s",
+                keys, wait = due_now(self._due, time.monotonic())
+                remotes = [(key, self._remotes[key]) for key in keys]
+            for key, remote in remotes:
+                if self._stop.is_set():
+                    return
+                self._poll(key, remote)
+            if not remotes:
+                self._wake.wait(wait)
+
+    def _poll(self, key: K, remote: _Remote) -> None:
+        """Ask one remote, plan its next ask, and tell ``on_change`` when its branch moved."""
+        try:
+            sha: object = self._ls_remote(key, remote.url, remote.branch)
+        except Exception as error:
+            log.warning(
+                "polling %s failed: %s",
                 redact(remote.url),
-                remote.branch,
-                sha,
+                redact(str(error)),
                 extra={"key": str(key), "url": redact(remote.url), "branch": remote.branch},
             )
-            _notify(self._on_change, key)
+            sha = _FAILED
+        with self._lock:
+            current = self._remotes.get(key)
+            if current is None or (current.url, current.branch) != (remote.url, remote.branch):
+                return  # unwatched or re-pointed meanwhile: watch() planned its next ask
+            self._due[key] = next_poll(time.monotonic(), current.period, random.random())  # noqa: S311
+            if sha is _FAILED or self._seen.get(key) == sha:
+                return  # failed, or unchanged
+            self._seen[key] = sha
+        log.info(
+            "%s %s moved to %s",
+            redact(remote.url),
+            remote.branch,
+            sha,
+            extra={"key": str(key), "url": redact(remote.url), "branch": remote.branch},
+        )
+        _notify(self._on_change, key)
 
 
 def _git_dir(repository: Path) -> Path:
