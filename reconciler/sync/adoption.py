@@ -23,8 +23,41 @@ def adopt(
     path: str,
 ) -> tuple[tuple[Claim, ...], list[Rejection]]:
     """The claims to mirror from every exported kind's App objects, and the refused ones."""
-    live = [obj for export in view.exports.values() for obj in view.app_claims(export)]
-    return adopted(live, in_git, repository, app_namespaces, path)
+    return adopted(live_claims(view), in_git, repository, app_namespaces, path)
+
+
+def live_claims(view: View) -> list[dict]:
+    """Every exported kind's App objects, as the informer caches hold them."""
+    return [obj for export in view.exports.values() for obj in view.app_claims(export)]
+
+
+def unnamed(
+    live_objects: Iterable[dict],
+    in_git: tuple[Claim, ...],
+    app_namespaces: tuple[str, ...],
+) -> dict[Identity, str]:
+    """The App objects no repository's label claims and the Git view held does not name, by
+    identity, with their resourceVersion: what the tool may have applied from a commit newer
+    than that view (a claim just pushed, with no webhook to say so)."""
+    named = {claim.identity for claim in in_git}
+    found: dict[Identity, str] = {}
+    for live in live_objects:
+        meta = live["metadata"]
+        if meta["namespace"] not in app_namespaces or meta.get("deletionTimestamp"):
+            continue
+        identity = Identity.of(live)
+        if objects.repository_of(live) is None and identity not in named:
+            found[identity] = meta.get("resourceVersion", "")
+    return found
+
+
+def fetch_for(unnamed_now: dict[Identity, str], fetched_for: dict[Identity, str]) -> bool:
+    """Whether Git must be fetched before adopting: an unnamed object, or a version of one, that
+    no fetch was made for yet. Remembering (identity, resourceVersion) bounds it: an object that
+    is truly someone else's costs one fetch per change of it, not one per informer event of
+    every object in the namespace; a new version is asked about again, because the tool's apply
+    of a claim Git now names changes it (its labels) without a new identity."""
+    return any(fetched_for.get(identity) != version for identity, version in unnamed_now.items())
 
 
 def adopted(

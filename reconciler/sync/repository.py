@@ -26,7 +26,7 @@ from klutch_gitops.git.checkout import Checkout
 from klutch_gitops.manifests import Identity, Rejection
 from reconciler import metrics
 from reconciler.sync import konnector
-from reconciler.sync.adoption import adopt
+from reconciler.sync.adoption import adopt, fetch_for, live_claims, unnamed
 from reconciler.sync.apply import Source, apply_claims
 from reconciler.sync.binding import Binding
 from reconciler.sync.desired import DesiredState, load_desired
@@ -88,6 +88,7 @@ class RepositorySync:
         self.last_pass: PassOutcome | None = None  # None until a pass completes
         self.pending = True
         self._held: set[Identity] = set()  # deletion-protected App objects being deleted
+        self._fetched_for: dict[Identity, str] = {}  # unnamed App objects -> resourceVersion
         self.konnectors: dict[str, konnector.Verdict] = {}  # export name -> Klutch's konnector
         self._konnector_logged: dict[str, str] = {}  # export name -> what was last logged
         self._lock = threading.Lock()
@@ -113,6 +114,7 @@ class RepositorySync:
     def sync(self) -> None:
         """One pass: the stages in order; each one's problems are the pass's."""
         with self._lock:
+            fetched = self.needs_fetch or self.head is None
             head = self._fetch()
             if head is None:
                 log.info("branch does not exist yet", extra={"repository": self.name})
@@ -127,6 +129,7 @@ class RepositorySync:
             pending = map_namespaces(view, spec.app_namespaces)
             mirrored = desired.claims
             if self.external:
+                head, desired = self._catch_up(head, desired, raw_exports, fetched)
                 mirrored, refused = adopt(
                     view, desired.claims, self.name, spec.app_namespaces, spec.path
                 )
@@ -163,6 +166,22 @@ class RepositorySync:
                 raise
             self.fetch_error = None
         return self.head
+
+    def _catch_up(
+        self, head: str, desired: DesiredState, raw_exports: list[dict], fetched: bool
+    ) -> tuple[str, DesiredState]:
+        """Fetch once more when the tool applied an App object the Git view held does not name
+        (unless this pass just fetched): an App event queues a pass without a fetch, and without
+        a webhook a claim just pushed would otherwise wait for the next poll to be adopted."""
+        found = unnamed(live_claims(self.view), desired.claims, self.spec.app_namespaces)
+        again = not fetched and fetch_for(found, self._fetched_for)
+        self._fetched_for = found  # before the fetch: a failed one sets needs_fetch itself
+        if not again:
+            return head, desired
+        log.info("an App object Git does not name yet: fetching", extra={"repository": self.name})
+        self.needs_fetch = True
+        head = self._fetch() or head
+        return head, self._load_desired(head, raw_exports)
 
     def _again(self, pending: bool, retry: bool) -> None:
         """Look again soon while a namespace mapping is pending, after a refused apply, and now
