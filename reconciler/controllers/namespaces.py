@@ -35,6 +35,7 @@ FIELD_MANAGER = "klutch-gitops-bind"
 FINALIZER = "klutch.anynines.com/namespace"
 CLAIM_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
 READ_VERBS = ["get", "list", "watch"]
+RELEASE_ATTEMPTS = 3  # re-reads of a mapping whose finalizers changed under the release
 
 
 def role_rules(exports: Iterable[dict]) -> list[dict]:
@@ -140,17 +141,12 @@ class NamespaceController:
         if mapping["metadata"].get("deletionTimestamp"):
             self._finalize(mapping, target)
             return
-        if FINALIZER not in (mapping["metadata"].get("finalizers") or []):
-            self.kube.patch(
-                API_SERVICE_NAMESPACES,
-                consumer,
-                name,
-                {
-                    "metadata": {
-                        "finalizers": [*(mapping["metadata"].get("finalizers") or []), FINALIZER]
-                    }
-                },
-            )
+        finalizers = mapping["metadata"].get("finalizers") or []
+        if FINALIZER not in finalizers and not self._set_finalizers(
+            mapping, [*finalizers, FINALIZER]
+        ):
+            self.queue.add(key)  # changed meanwhile: read it again
+            return
         if foreign(self.kube.get(NAMESPACES, None, target), consumer):
             log.error(
                 "namespace belongs to another consumer; not taking it over",
@@ -201,14 +197,29 @@ class NamespaceController:
             self.kube.delete(NAMESPACES, None, target)
             self.queue.add_after((consumer, mapping["metadata"]["name"]), 1.0)
             return
-        finalizers = [f for f in mapping["metadata"].get("finalizers") or [] if f != FINALIZER]
+        current: dict | None = mapping
+        for _ in range(RELEASE_ATTEMPTS):
+            if current is None or FINALIZER not in (current["metadata"].get("finalizers") or []):
+                return
+            kept = [f for f in current["metadata"]["finalizers"] if f != FINALIZER]
+            if self._set_finalizers(current, kept):
+                return
+            current = self.kube.get(API_SERVICE_NAMESPACES, consumer, mapping["metadata"]["name"])
+        self.queue.add_after((consumer, mapping["metadata"]["name"]), 1.0)
+
+    def _set_finalizers(self, mapping: dict, finalizers: list[str]) -> bool:
+        """Write the finalizer list with the resourceVersion it was read at as a precondition:
+        a merge patch replaces the whole list, so a finalizer another controller added since
+        would be lost; the API server answers 409 instead. False then (read it again), and when
+        the mapping is gone."""
+        meta = mapping["metadata"]
+        patch = {"resourceVersion": meta["resourceVersion"], "finalizers": finalizers or None}
         try:
             self.kube.patch(
-                API_SERVICE_NAMESPACES,
-                consumer,
-                mapping["metadata"]["name"],
-                {"metadata": {"finalizers": finalizers or None}},
+                API_SERVICE_NAMESPACES, meta["namespace"], meta["name"], {"metadata": patch}
             )
         except KubeError as error:
-            if not error.not_found:
-                raise
+            if error.not_found or error.conflict:
+                return False
+            raise
+        return True

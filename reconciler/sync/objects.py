@@ -17,7 +17,7 @@ from typing import Any
 from klutch_gitops.apis import DELETION_PROTECTION, REPOSITORY_LABEL
 from klutch_gitops.kube.events import timestamp
 from klutch_gitops.manifests import Claim, Identity
-from reconciler.sync import events
+from reconciler.sync import events, progress
 
 PREFIX = "gitops.klutch.anynines.com"
 PATH_ANNOTATION = f"{PREFIX}/path"
@@ -199,23 +199,31 @@ def status_object(
     upstream: Mapping[str, Any],
     in_sync: bool = True,
     refused: str | None = None,
+    held: str | None = None,
 ) -> dict | None:
     """The status-subresource apply that copies the Control Plane's ``.status``; None if equal.
 
-    ``in_sync``: the Control Plane copy has the App copy's spec. Its ``observedGeneration``
-    values are translated into the App copy's generations (see ``app_generations``).
+    ``in_sync``: the Control Plane copy has the App copy's spec; generations are counted in the
+    App copy's (``progress.app_generations``, which writes ``status.observedGeneration``).
     ``refused``: why the pass refused the claim's change; the status then says ``Synced`` False
     (reconciler/sync/events.py). Our own error is cleared even where the copy has no status.
+    ``held``: why the object's deletion is held; the status then says ``Ready`` False.
     """
     status = upstream.get("status")
     live_status = live_app.get("status")
     if status is None:
-        if refused is None and events.synced_error((live_status or {}).get("conditions")) is None:
+        if (
+            refused is None
+            and held is None
+            and events.synced_error((live_status or {}).get("conditions")) is None
+        ):
             return None
         status = {}
-    status = app_generations(status, upstream, live_app, in_sync)
+    status = progress.app_generations(status, upstream, live_app, in_sync)
     if refused is not None:
         status = events.with_refusal(status, refused, live_status, timestamp())
+    if held is not None:
+        status = progress.with_held(status, held, live_status, timestamp())
     if live_status == status:
         return None
     meta = live_app["metadata"]
@@ -227,38 +235,19 @@ def status_object(
     }
 
 
-def app_generations(
-    status: Mapping[str, Any],
-    upstream: Mapping[str, Any],
-    live_app: Mapping[str, Any],
-    in_sync: bool,
-) -> dict[str, Any]:
-    """The Control Plane's status with its ``observedGeneration`` values (top level and per
-    condition) counted in App generations: the two copies' generations differ (a recreated copy
-    starts again at 1), and health checks compare them with the App copy's ``generation``.
-
-    An observation is current when the Control Plane copy has the App copy's spec and its
-    controller observed that copy's generation; anything older becomes the App generation - 1.
-    """
-    result = copy.deepcopy(dict(status))
-    upstream_generation = (upstream.get("metadata") or {}).get("generation")
-    app_generation = (live_app.get("metadata") or {}).get("generation")
-    if not isinstance(upstream_generation, int) or not isinstance(app_generation, int):
-        return result
-
-    def translated(value: Any) -> Any:
-        if not isinstance(value, int) or isinstance(value, bool):
-            return value
-        if in_sync and value >= upstream_generation:
-            return app_generation
-        return max(app_generation - 1, 0)
-
-    if "observedGeneration" in result:
-        result["observedGeneration"] = translated(result["observedGeneration"])
-    for condition in result.get("conditions") or []:
-        if isinstance(condition, dict) and "observedGeneration" in condition:
-            condition["observedGeneration"] = translated(condition["observedGeneration"])
-    return result
+def finalizer_release(live: Mapping[str, Any], finalizer: str = FINALIZER) -> dict | None:
+    """The merge patch that drops ``finalizer``, preconditioned on the resourceVersion the list
+    was read at: a merge patch replaces the whole list, so a finalizer another controller added
+    since would be lost; with the precondition the API server answers 409 instead and the list
+    is read again. None when the object does not carry ``finalizer``."""
+    meta = live["metadata"]
+    finalizers = list(meta.get("finalizers") or [])
+    if finalizer not in finalizers:
+        return None
+    remaining = [f for f in finalizers if f != finalizer]
+    return {
+        "metadata": {"resourceVersion": meta["resourceVersion"], "finalizers": remaining or None}
+    }
 
 
 def credential_secret_names(claim_body: Mapping[str, Any]) -> set[str]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from klutch_gitops.kube.client import SECRETS, Resource
 from klutch_gitops.manifests import Claim, Identity, Rejection
-from reconciler.sync import events, objects
+from reconciler.sync import events, objects, progress
 from reconciler.sync.desired import DesiredState
+from reconciler.sync.prune import HELD_FIELD
 from reconciler.sync.view import View, claim_resource, resource_of
 from reconciler.sync.writeback import ObservedStatus
 
@@ -32,18 +33,11 @@ def observe(
     A live claim whose change was refused says so: a mirrored claim tells the stages'
     ``problems`` (its apply failed); one left out tells the loader's refusal (its document was
     refused, so the live claim keeps its old spec), never another stage's: a kind a foreign
-    konnector serves or another repository's object is not ours to write status on."""
-    statuses = tuple(
-        ObservedStatus(
-            claim.identity,
-            claim.api_version,
-            (upstream(view, claim) or {}).get("status"),
-            claim.location.file,
-            claim.location.document,
-        )
-        for claim in desired.claims
-    )
-    told = events.refusals_by_claim(problems)
+    konnector serves or another repository's object is not ours to write status on.
+    An object whose deletion the pass holds (prune.deletion_held) says ``Ready`` False."""
+    held = events.refusals_by_claim(tuple(p for p in problems if p.field == HELD_FIELD))
+    told = events.refusals_by_claim(tuple(p for p in problems if p.field != HELD_FIELD))
+    statuses = tuple(observed(view, claim, held) for claim in desired.claims)
     untold = events.refusals_by_claim(desired.rejections)
     for claim in mirrored:
         export = view.export_of(claim)
@@ -53,12 +47,27 @@ def observe(
             continue
         target = view.mapping[claim.identity.namespace]
         in_sync = not objects.needs_apply(objects.control_plane_object(claim, target), copy)
-        mirror_status(view, claim_resource(export, claim), live, copy, in_sync, told)
+        resource = claim_resource(export, claim)
+        mirror_status(view, resource, live, copy, in_sync, told, held)
         copy_secrets(view, claim, live, target, repository)
-    for identity in untold.keys() - {c.identity for c in mirrored}:
+    left_out = {c.identity for c in mirrored}
+    for identity in untold.keys() - left_out:
         tell_refused(view, identity, untold, repository)
+    for identity in held.keys() - left_out:
+        tell_refused(view, identity, {}, repository, held)
     drop_orphan_secrets(view, mirrored)
     return statuses
+
+
+def observed(view: View, claim: Claim, held: dict[Identity, str]) -> ObservedStatus:
+    """What Git gets for a claim: its Control Plane copy's status (``Ready`` False while its
+    App object's deletion is held)."""
+    status = (upstream(view, claim) or {}).get("status")
+    if claim.identity in held:
+        status = progress.with_held(status or {}, held[claim.identity], None, None)
+    return ObservedStatus(
+        claim.identity, claim.api_version, status, claim.location.file, claim.location.document
+    )
 
 
 def mirror_status(
@@ -68,11 +77,14 @@ def mirror_status(
     copy: dict,
     in_sync: bool,
     told: dict[Identity, str],
+    held: dict[Identity, str] | None = None,
 ) -> None:
     """Copy the Control Plane's status to the live App claim, with ``Synced`` False while the
-    pass refused its change; a Warning Event when the claim starts telling (or tells anew)."""
+    pass refused its change, ``Ready`` False while its deletion is held; a Warning Event when
+    the claim starts telling of a refusal (or tells anew; finalize tells of the held one)."""
     refused = told.get(Identity.of(live))
-    patch = objects.status_object(live, copy, in_sync, refused)
+    holding = (held or {}).get(Identity.of(live))
+    patch = objects.status_object(live, copy, in_sync, refused, holding)
     if patch is None:
         return
     view.apply_app(resource, patch, force=True, status=True)
@@ -80,8 +92,15 @@ def mirror_status(
         view.event(resource, live, events.RECONCILE_ERROR, refused)
 
 
-def tell_refused(view: View, identity: Identity, told: dict[Identity, str], repo: str) -> None:
-    """A claim whose document was refused keeps its old spec live: its status says why.
+def tell_refused(
+    view: View,
+    identity: Identity,
+    told: dict[Identity, str],
+    repo: str,
+    held: dict[Identity, str] | None = None,
+) -> None:
+    """A claim whose document was refused keeps its old spec live: its status says why; one
+    whose deletion is held (not mirrored: out of Git, or being deleted) says so.
 
     Only a live claim of this repository with a Control Plane copy: one that never got there
     has nothing to tell on (the refusal is in the RepositoryBinding and in Git)."""
@@ -98,7 +117,7 @@ def tell_refused(view: View, identity: Identity, told: dict[Identity, str], repo
     body = objects.control_plane_body(objects.mirrored_body(live), target)
     in_sync = not objects.needs_apply(body, copy)
     resource = resource_of(export, str(live.get("apiVersion", "")).rpartition("/")[2] or None)
-    mirror_status(view, resource, live, copy, in_sync, told)
+    mirror_status(view, resource, live, copy, in_sync, told, held)
 
 
 def copy_secrets(view: View, claim: Claim, live: dict, target: str, repository: str) -> None:

@@ -1,8 +1,12 @@
 """Stages: delete what left Git, and release an App claim only when its Control Plane copy is gone.
 
-A deletion-protected object is never deleted here and its deletion never finishes: it is reported
-(a Rejection each pass, one Warning Event that the recorder counts up at most every five minutes,
-klutch_gitops/kube/events.py) until the annotation is removed from the live object.
+A deletion-protected object is never deleted here and its Control Plane copy (the running service)
+is never deleted while the annotation stands. One the tool (or a person) deletes is held by our
+finalizer and reported — a Rejection each pass, one Warning Event that the recorder counts up at
+most every five minutes (klutch_gitops/kube/events.py), ``Ready`` False on the App object (observe)
+— until either its claim is in Git again, and it is released *without* touching the Control Plane
+copy so that the tool (or our next apply) re-creates it and adoption takes it back with its data,
+or the annotation is removed from the live object, and it is deleted with its copy.
 A kind that Klutch's konnector serves for another consumer namespace is not touched at all.
 """
 
@@ -38,7 +42,7 @@ def prune(view: View, desired: DesiredState, conflicts: Collection[str]) -> list
             if objects.deletion_protected(live):
                 problem = prune_refused(live)
                 problems.append(problem)
-                view.event(resource_of(export), live, "DeletionRefused", problem.message)
+                view.event(resource_of(export), live, DELETION_REFUSED, problem.message)
                 continue
             view.delete_app(resource_of(export), meta["namespace"], meta["name"])
     return problems
@@ -60,9 +64,12 @@ def finalize(
     path: str,
     conflicts: Collection[str],
     held: set[Identity],
+    *,
+    in_git: Collection[Identity],
 ) -> tuple[set[Identity], list[Rejection]]:
-    """Release an App claim only when its Control Plane copy is really gone, and never a
-    deletion-protected one: its copy (the running service) stays until the annotation goes.
+    """Release an App claim only when its Control Plane copy is really gone, and never delete
+    a deletion-protected one's copy: it is held while its claim is out of Git (``in_git``: the
+    claims of the Git view this pass holds) and released, its copy untouched, once it is back.
 
     ``held``: the deletion-protected objects being deleted that the last pass reported (their
     Event is not repeated); returned, the ones this pass holds."""
@@ -76,18 +83,27 @@ def finalize(
             meta = live["metadata"]
             if not _finalizing(live, repository):
                 continue
+            protected = objects.deletion_protected(live)
+            if protected and Identity.of(live) in in_git:
+                _let_go(view, resource, live)
+                continue
             target = view.mapping.get(meta["namespace"])
             if target is None and meta["namespace"] in app_namespaces:
                 continue  # mapping not known yet (e.g. just restarted): keep holding
-            if objects.deletion_protected(live):
+            if protected:
                 problem = deletion_held(live, path)
                 problems.append(problem)
                 holding.add(Identity.of(live))
                 if Identity.of(live) not in held:
-                    view.event(resource, live, "DeletionRefused", problem.message)
+                    view.event(resource, live, DELETION_REFUSED, problem.message)
                 continue
             _release(view, resource, live, target)
     return holding, problems
+
+
+DELETION_REFUSED = "DeletionRefused"
+RELEASED = "Released"  # a held object whose claim is back in Git, let go without its copy
+RELEASE_ATTEMPTS = 3
 
 
 def _finalizing(live: dict, repository: str) -> bool:
@@ -108,19 +124,43 @@ def _release(view: View, resource: Resource, live: dict, target: str | None) -> 
         or view.get_cp(resource, target, meta["name"])
     ):
         return  # the CP informer's DELETED event brings us back
-    remaining = [f for f in meta["finalizers"] if f != objects.FINALIZER]
-    try:
-        view.patch_app(
-            resource,
-            meta["namespace"],
-            meta["name"],
-            {"metadata": {"finalizers": remaining or None}},
+    if drop_finalizer(view, resource, live):
+        view.event(resource, live, events.DELETED, "the Control Plane copy is deleted", NORMAL)
+
+
+def _let_go(view: View, resource: Resource, live: dict) -> None:
+    """A held deletion-protected object whose claim is in Git again: drop our finalizer and
+    leave the Control Plane copy as it is. The object goes; the tool (or our next apply)
+    re-creates it, and it is adopted again with the same copy and its data."""
+    if drop_finalizer(view, resource, live):
+        message = (
+            f"{Identity.of(live)} is in Git again: released without touching its Control Plane "
+            "copy; it is re-created and adopted again"
         )
-    except KubeError as error:
-        if not error.not_found:
-            raise
-        return
-    view.event(resource, live, events.DELETED, "the Control Plane copy is deleted", NORMAL)
+        view.event(resource, live, RELEASED, message, NORMAL)
+
+
+def drop_finalizer(view: View, resource: Resource, live: dict) -> bool:
+    """Remove our finalizer with the resourceVersion it was read at as a precondition
+    (``objects.finalizer_release``): another controller's finalizer added meanwhile is a 409,
+    and the list is read again. False when the object is gone, no longer carries ours, or kept
+    changing (its change events bring the next pass)."""
+    current: dict | None = live
+    for _ in range(RELEASE_ATTEMPTS):
+        patch = objects.finalizer_release(current) if current is not None else None
+        if patch is None:
+            return False
+        meta = current["metadata"]
+        try:
+            view.patch_app(resource, meta["namespace"], meta["name"], patch)
+            return True
+        except KubeError as error:
+            if error.not_found:
+                return False
+            if not error.conflict:
+                raise
+        current = view.get_app(resource, meta["namespace"], meta["name"])
+    return False
 
 
 def deletion_held(live: dict, path: str) -> Rejection:
@@ -133,6 +173,17 @@ def deletion_held(live: dict, path: str) -> Rejection:
     return Rejection(
         file=annotations.get(objects.FILE_ANNOTATION) or path,
         message=message,
-        fix=f"remove the {objects.DELETION_PROTECTION} annotation from the live object "
-        "to let the deletion finish",
+        fix="to keep it, put the claim back in Git: the object is released without touching "
+        "its Control Plane copy and is re-created with its data; to delete the service, "
+        f"remove the {objects.DELETION_PROTECTION} annotation from the live object",
+        field=HELD_FIELD,
+        identity=Identity.of(live),
     )
+
+
+HELD_FIELD = "metadata.deletionTimestamp"  # marks a held deletion among a pass's problems
+
+
+def held_identities(problems: Collection[Rejection]) -> set[Identity]:
+    """The objects whose deletion a pass holds, from its problems (``deletion_held``)."""
+    return {p.identity for p in problems if p.field == HELD_FIELD and p.identity is not None}

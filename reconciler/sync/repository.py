@@ -144,7 +144,13 @@ class RepositorySync:
             if not self.external:
                 problems += prune(view, desired, self.conflicts)
             self._held, holding = finalize(
-                view, self.name, spec.app_namespaces, spec.path, self.conflicts, self._held
+                view,
+                self.name,
+                spec.app_namespaces,
+                spec.path,
+                self.conflicts,
+                self._held,
+                in_git={c.identity for c in desired.claims},
             )
             problems += holding
             outcome = PassOutcome(head, len(mirrored), desired.rejections, tuple(problems))

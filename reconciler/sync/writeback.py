@@ -44,6 +44,7 @@ from klutch_gitops.yamledit import dump, set_status
 from klutch_gitops.yamlsafe import YamlError, load_documents
 from reconciler.sync.desired import DesiredState, Limits
 from reconciler.sync.notes import note_reconciled
+from reconciler.sync.prune import held_identities
 from reconciler.sync.report import HEADER, Summary, render_report
 
 _log = logging.getLogger(__name__)
@@ -119,6 +120,8 @@ class Schedule:
                 "rejected": len(desired.rejections),
                 "problems": len(problems),
                 "ready": sum(1 for s in statuses if _ready(s.status)),
+                # App objects being deleted that our finalizer holds (deletion-protected)
+                "held": len(held_identities(problems)),
             },
             registration=self.registration,
         )

@@ -256,7 +256,7 @@ def test_fixed_the_claim_shows_the_providers_synced_again() -> None:
     assert refused is not None
     fixed = objects.status_object({**LIVE, "status": refused["status"]}, COPY)
     assert fixed is not None
-    assert fixed["status"] == PROVIDER
+    assert fixed["status"] == {**PROVIDER, "observedGeneration": 1}  # ours: the copy has it
 
 
 def test_without_a_provider_status_only_our_own_condition_is_written_and_cleared() -> None:

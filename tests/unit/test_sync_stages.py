@@ -298,7 +298,7 @@ def test_prune_leaves_a_kind_in_konnector_conflict_alone() -> None:
 
 
 def deleting(name: str, protected: bool = False) -> dict:
-    obj = ours(name, deletionTimestamp="2026-01-01T00:00:00Z")
+    obj = ours(name, deletionTimestamp="2026-01-01T00:00:00Z", resourceVersion="7")
     if protected:
         obj["metadata"]["annotations"][objects.DELETION_PROTECTION] = "true"
     return obj
@@ -308,10 +308,10 @@ def test_finalize_deletes_the_control_plane_copy_before_releasing_the_app_claim(
     view = mapped_view()
     view.put_app(deleting("db"))
     view.put_cp(objects.control_plane_object(claim("db"), CP_NS))
-    finalize(view, REPO, (APP_NS,), "claims", (), set())
+    finalize(view, REPO, (APP_NS,), "claims", (), set(), in_git=())
     assert view.writes == [("delete", "cp", KIND, CP_NS, "db")]  # the finalizer stays for now
     view.writes.clear()
-    held, problems = finalize(view, REPO, (APP_NS,), "claims", (), set())
+    held, problems = finalize(view, REPO, (APP_NS,), "claims", (), set(), in_git=())
     assert (held, problems) == (set(), [])
     assert [w[0] for w in view.writes] == ["delete", "patch"]
     assert view.app[(KIND, APP_NS, "db")]["metadata"]["finalizers"] is None
@@ -322,10 +322,10 @@ def test_finalize_holds_a_deletion_protected_claim_with_one_event() -> None:
     view = mapped_view()
     view.put_app(deleting("db", protected=True))
     view.put_cp(objects.control_plane_object(claim("db"), CP_NS))
-    held, problems = finalize(view, REPO, (APP_NS,), "claims", (), set())
+    held, problems = finalize(view, REPO, (APP_NS,), "claims", (), set(), in_git=())
     assert held == {claim("db").identity}
     assert "is being deleted but is deletion-protected" in problems[0].message
-    held, problems = finalize(view, REPO, (APP_NS,), "claims", (), held)
+    held, problems = finalize(view, REPO, (APP_NS,), "claims", (), held, in_git=())
     assert len(problems) == 1  # reported every pass ...
     assert len(view.events) == 1  # ... but an Event only once
     assert view.writes == []
@@ -335,7 +335,7 @@ def test_finalize_holds_a_deletion_protected_claim_with_one_event() -> None:
 def test_finalize_waits_for_the_mapping() -> None:
     view = FakeView([EXPORT])
     view.put_app(deleting("db"))
-    finalize(view, REPO, (APP_NS,), "claims", (), set())
+    finalize(view, REPO, (APP_NS,), "claims", (), set(), in_git=())
     assert view.writes == []
 
 
@@ -364,7 +364,8 @@ def test_observe_copies_status_and_secrets_and_reports_git_the_status() -> None:
     assert statuses == (
         ObservedStatus(db.identity, f"{GROUP}/v1", {"phase": "Ready"}, "claims/db.yaml", 0),
     )
-    assert view.app[(KIND, APP_NS, "db")]["status"] == {"phase": "Ready"}
+    # the copy has the App spec (generation 1): the App copy says it observed generation 1
+    assert view.app[(KIND, APP_NS, "db")]["status"] == {"phase": "Ready", "observedGeneration": 1}
     secret = view.app[("Secret", APP_NS, "s")]
     assert secret["data"] == {"k": "dg=="}
     assert secret["metadata"]["ownerReferences"][0]["uid"] == "u-db"
@@ -412,7 +413,8 @@ def test_write_back_skips_a_status_git_already_holds() -> None:
     assert schedule.plan(DesiredState((held, fresh), ()), statuses, [], "s1") is True
     assert schedule.report is not None
     assert [s.identity.name for s in schedule.report.statuses] == ["fresh"]
-    assert schedule.report.summary.counts == {"claims": 2, "rejected": 0, "problems": 0, "ready": 0}
+    counts = {"claims": 2, "rejected": 0, "problems": 0, "ready": 0, "held": 0}
+    assert schedule.report.summary.counts == counts
 
 
 def test_write_back_in_files_mode_writes_every_status() -> None:
