@@ -1,0 +1,144 @@
+"""Held deletions and progress: the pure decisions and the finalize/observe stages (issue 16,
+defects 4-6) against the in-memory view (tests/unit/fakeview.py)."""
+
+from __future__ import annotations
+
+from klutch_gitops.kube.client import KubeError, Resource
+from reconciler.sync import objects, progress
+from reconciler.sync.desired import DesiredState
+from reconciler.sync.observe import observe
+from reconciler.sync.prune import HELD_FIELD, finalize, held_identities
+from reconciler.sync.writeback import Mode, Schedule
+from tests.unit.fakeview import FakeView
+from tests.unit.test_sync_stages import APP_NS, CP_NS, EXPORT, KIND, REPO, claim, ours
+
+OTHER = "example.com/another-controller"
+
+
+def held_view(in_git: bool = True) -> tuple[FakeView, dict]:
+    view = FakeView([EXPORT], REPO)
+    view.mapping[APP_NS] = CP_NS
+    live = ours("db", deletionTimestamp="2026-01-01T00:00:00Z", resourceVersion="7")
+    live["metadata"]["annotations"][objects.DELETION_PROTECTION] = "true"
+    view.put_app(live)
+    copy = objects.control_plane_object(claim("db"), CP_NS, protected=True)
+    copy["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    view.put_cp(copy)
+    return view, live
+
+
+def test_a_held_claim_back_in_git_is_released_without_touching_its_control_plane_copy() -> None:
+    view, _ = held_view()
+    held, problems = finalize(view, REPO, (APP_NS,), "claims", (), set(), in_git={claim().identity})
+    assert (held, problems) == (set(), [])
+    assert view.writes == [("patch", "app", KIND, APP_NS, "db")]  # no delete on the CP
+    assert (KIND, CP_NS, "db") in view.cp
+    assert view.app[(KIND, APP_NS, "db")]["metadata"]["finalizers"] is None
+    assert [e[1] for e in view.normal_events] == ["Released"]
+
+
+def test_a_held_claim_out_of_git_stays_held_and_says_how_to_keep_it() -> None:
+    view, _ = held_view()
+    held, problems = finalize(view, REPO, (APP_NS,), "claims", (), set(), in_git=())
+    assert held == {claim().identity}
+    assert "put the claim back in Git" in problems[0].fix
+    assert held_identities(problems) == {claim().identity}
+    assert view.writes == []
+
+
+class RacingView(FakeView):
+    """Another controller adds its finalizer between our read and our write: the API server
+    refuses a merge patch whose resourceVersion is not the object's (409 Conflict)."""
+
+    raced = False
+
+    def patch_app(self, resource: Resource, namespace: str, name: str, patch: dict) -> None:
+        live = self.app[(resource.kind, namespace, name)]
+        if not self.raced:
+            self.raced = True
+            live["metadata"]["finalizers"] = [*live["metadata"]["finalizers"], OTHER]
+            live["metadata"]["resourceVersion"] = "8"
+        if patch["metadata"].get("resourceVersion") != live["metadata"]["resourceVersion"]:
+            raise KubeError(409, "Conflict", "the object has been modified")
+        super().patch_app(resource, namespace, name, patch)
+
+
+def test_a_finalizer_added_during_the_release_survives() -> None:
+    view = RacingView([EXPORT], REPO)
+    view.mapping[APP_NS] = CP_NS
+    view.put_app(ours("db", deletionTimestamp="2026-01-01T00:00:00Z", resourceVersion="7"))
+    finalize(view, REPO, (APP_NS,), "claims", (), set(), in_git=())
+    assert view.app[(KIND, APP_NS, "db")]["metadata"]["finalizers"] == [OTHER]
+
+
+def test_the_release_patch_carries_its_precondition() -> None:
+    live = ours("db", resourceVersion="7")
+    live["metadata"]["finalizers"] = [OTHER, objects.FINALIZER]
+    assert objects.finalizer_release(live) == {
+        "metadata": {"resourceVersion": "7", "finalizers": [OTHER]}
+    }
+    live["metadata"]["finalizers"] = [OTHER]
+    assert objects.finalizer_release(live) is None
+
+
+def test_a_held_claim_says_ready_false_and_counts_as_held_not_ready() -> None:
+    view, _ = held_view()
+    _, problems = finalize(view, REPO, (APP_NS,), "claims", (), set(), in_git=())
+    desired = DesiredState((claim(),), ())  # e.g. a pass whose Git view is not fetched yet
+    statuses = observe(view, desired, (), REPO, tuple(problems))
+    status = view.app[(KIND, APP_NS, "db")]["status"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", progress.DELETION_HELD)
+    assert "deletion-protected" in ready["message"]
+    assert not any(c["type"] == "Synced" for c in status["conditions"])  # not a refusal
+    schedule = Schedule(Mode.FILES, REPO)
+    schedule.plan(desired, statuses, problems, "c1")
+    assert schedule.report is not None
+    assert schedule.report.summary.counts["ready"] == 0
+    assert schedule.report.summary.counts["held"] == 1
+    assert problems[0].field == HELD_FIELD
+
+
+# -- observedGeneration ------------------------------------------------------------------
+
+
+def app(generation: int, observed: int | None = None) -> dict:
+    status = {} if observed is None else {"observedGeneration": observed}
+    return {"metadata": {"generation": generation}, "status": status}
+
+
+def copy(generation: int, synced_observed: int | None = None) -> dict:
+    synced = {"type": "Synced", "status": "True"}
+    if synced_observed is not None:
+        synced["observedGeneration"] = synced_observed
+    return {"metadata": {"generation": generation}, "status": {"conditions": [synced]}}
+
+
+def test_the_app_generation_is_observed_once_the_copy_has_its_spec_and_status() -> None:
+    # the local stack's claims: no observedGeneration anywhere on the copy
+    assert progress.observed_generation(copy(4), app(2, 1), in_sync=True) == 2
+    # the copy has the spec, its controller says it observed it
+    assert progress.observed_generation(copy(4, 4), app(2, 1), in_sync=True) == 2
+
+
+def test_an_unconfirmed_change_keeps_the_previous_observed_generation() -> None:
+    assert progress.observed_generation(copy(4), app(2, 1), in_sync=False) == 1
+    assert progress.observed_generation(copy(4, 3), app(2, 1), in_sync=True) == 1
+    assert progress.observed_generation({"metadata": {"generation": 4}}, app(2, 1), True) == 1
+    assert progress.observed_generation(copy(4), app(2), in_sync=False) is None
+
+
+def test_the_copys_own_observed_generation_is_replaced_by_ours() -> None:
+    upstream = copy(9)
+    upstream["status"]["observedGeneration"] = 9
+    status = progress.app_generations(upstream["status"], upstream, app(2, 1), in_sync=True)
+    assert status["observedGeneration"] == 2
+    status = progress.app_generations(upstream["status"], upstream, app(2, 1), in_sync=False)
+    assert status["observedGeneration"] == 1
+
+
+def test_held_keeps_its_transition_time_and_gits_copy_has_none() -> None:
+    first = progress.with_held({}, "held", None, "2026-01-01T00:00:00Z")
+    again = progress.with_held({}, "held", first, "2026-02-02T00:00:00Z")
+    assert again == first
+    assert "lastTransitionTime" not in progress.with_held({}, "held", None, None)["conditions"][0]
