@@ -1,0 +1,79 @@
+"""A repository's own ``pollInterval`` against the real stack and a real HTTPS Git server: with
+the global interval at an hour and no webhook or reconcile request, a push to the registration
+polled every 2 s is applied, and one to the registration on the global interval is not.
+
+The remotes are served over HTTPS (tests/gitserver.py), not ``file://``: a ``file://`` remote is
+watched through the file system too, which would see the push whatever the interval."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim
+from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
+from klutch_gitops.dev.testkit.wait import eventually
+from tests.gitserver import GitServer
+
+GLOBAL = 3600.0  # the config file's pollInterval: nothing is polled again during the test
+OWN = 2.0  # the fast registration's own pollInterval
+QUIET = 5 * OWN  # how long the hourly one is watched staying behind, after the fast one applied
+
+
+def served(git_server: GitServer, bare: Path) -> str:
+    """The https URL of a tenant's bare repository, linked under the server's root."""
+    digest = hashlib.sha256(str(bare.resolve()).encode()).hexdigest()[:10]
+    link = git_server.root / "polled" / f"{bare.stem}-{digest}.git"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(bare.resolve(), target_is_directory=True)
+    return git_server.url_of(link)
+
+
+@pytest.fixture
+def tenants(stack, clusters, git_server: GitServer, tmp_path: Path) -> Iterator[list[Tenant]]:
+    """Two tenants registered in one reconciler: the first with ``pollInterval: 2s``, the
+    second without one, under a global interval of an hour."""
+    for name in ("fast", "hourly"):
+        (tmp_path / name).mkdir()
+    fast, hourly = (
+        make_tenant(stack, clusters, tmp_path / name, mode="files", start=False)
+        for name in ("fast", "hourly")
+    )
+    specs = (
+        replace(fast.spec, url=served(git_server, fast.remote), poll_interval=OWN),
+        replace(hourly.spec, url=served(git_server, hourly.remote)),
+    )
+    config = replace(fast.config, repositories=specs, poll_interval=GLOBAL)
+    world = [replace(fast, config=config), replace(hourly, config=config)]
+    world[0].reconciler.start()
+    yield world
+    world[0].reconciler.stop()
+
+
+def test_each_registration_is_polled_at_its_own_interval(tenants: list[Tenant]) -> None:
+    fast, hourly = tenants
+    reconciler = fast.reconciler
+    for tenant in tenants:  # the first poll and the first pass, before the pushes
+        name = tenant.spec.name
+        eventually(lambda n=name: (s := reconciler.syncs.get(n)) and s.last_pass, f"{name} pass")
+
+    hourly.push({"claims/db.yaml": claim("db", hourly.namespace)})
+    fast.push({"claims/db.yaml": claim("db", fast.namespace)})
+    pushed = time.monotonic()
+    eventually(
+        lambda: fast.app.get(POSTGRES, fast.namespace, "db"),
+        "the claim pushed to the 2 s registration to be applied",
+        timeout=10 * OWN,
+    )
+    applied = time.monotonic()
+    print(f"pushed -> applied on the {OWN:.0f} s registration: {applied - pushed:.2f} s")
+
+    time.sleep(QUIET)
+    assert hourly.app.get(POSTGRES, hourly.namespace, "db") is None, (
+        "the registration on the hourly global interval applied a push nobody announced"
+    )

@@ -1,0 +1,95 @@
+"""What makes the reconciler look at Git when the real Flux applies a claim (defect 2 of issue
+16): with the global poll interval at an hour and no webhook, a claim pushed to Git and applied
+by kustomize-controller v1.9.6 (tests/peers/flux.py) is adopted within seconds.
+
+The reconciler's remote is the same repository over HTTPS (tests/gitserver.py), as Flux reads
+it: a ``file://`` remote is watched through the file system, which would see the push at once.
+What Flux does, from kustomize-controller@v1.9.6 internal/controller/kustomization_controller.go:
+it server-side applies the objects under the Kustomization's path with the field manager
+``kustomize-controller`` and labels them ``kustomize.toolkit.fluxcd.io/name``/``…/namespace``;
+the reconciler's informer sees that App object before any poll of its own tells it the commit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim, is_ready
+from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, report_ready
+from klutch_gitops.dev.testkit.wait import eventually
+from reconciler.sync import objects
+
+from .flux import FluxPeer
+
+pytestmark = [pytest.mark.integration, pytest.mark.peers]
+
+POLL = 3600.0  # the reconciler's only poll of the remote is its first one
+FLUX_WAIT = 60.0  # Flux's first fetch and apply, on a loaded two-core machine
+ADOPTED = 20.0  # "seconds, not an hour": the bound on adoption after Flux applied
+
+
+@pytest.fixture
+def tenant(stack, clusters, flux: FluxPeer, tmp_path: Path) -> Iterator[Tenant]:
+    """An ``appSync: external`` tenant whose reconciler polls its HTTPS remote once an hour."""
+    world = make_tenant(stack, clusters, tmp_path, mode="files", app_sync="external", start=False)
+    spec = replace(world.spec, url=flux.serve(world.remote))
+    world = replace(world, config=replace(world.config, repositories=(spec,), poll_interval=POLL))
+    world.reconciler.start()
+    yield world
+    world.reconciler.stop()
+
+
+def adopted(tenant: Tenant, name: str) -> dict | None:
+    """The App claim once it carries our finalizer and repository label."""
+    live = tenant.app.get(POSTGRES, tenant.namespace, name) or {}
+    meta = live.get("metadata") or {}
+    ours = (meta.get("labels") or {}).get(objects.REPOSITORY_LABEL) == tenant.spec.name
+    return live if ours and objects.FINALIZER in (meta.get("finalizers") or []) else None
+
+
+def test_a_claim_flux_applies_is_adopted_without_waiting_for_a_poll(
+    flux: FluxPeer, tenant: Tenant
+) -> None:
+    name = tenant.spec.name
+    sync = eventually(
+        lambda: (s := tenant.reconciler.syncs.get(name)) and s.last_pass and s, "the first pass"
+    )
+    before = sync.head  # the Git view the reconciler holds: its first poll's
+    tenant.push({"claims/db.yaml": claim("db", tenant.namespace)}, "a new database")
+    flux.sync(name, flux.serve(tenant.remote), f"./{tenant.spec.path}")
+    eventually(
+        lambda: tenant.app.get(POSTGRES, tenant.namespace, "db"),
+        f"Flux to apply db\n{flux.tails()}",
+        timeout=FLUX_WAIT,
+        interval=0.05,
+    )
+    applied = time.monotonic()
+
+    eventually(lambda: adopted(tenant, "db"), "our finalizer and label", timeout=ADOPTED)
+    took_adopted = time.monotonic() - applied
+    copy = eventually(
+        lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db"),
+        "the Control Plane copy",
+        timeout=ADOPTED,
+    )
+    took_copy = time.monotonic() - applied
+    assert copy["spec"] == tenant.app.get(POSTGRES, tenant.namespace, "db")["spec"]
+    report_ready(tenant, "db")
+    eventually(
+        lambda: is_ready(tenant.app.get(POSTGRES, tenant.namespace, "db").get("status")),
+        "Ready mirrored back to the App claim",
+        timeout=ADOPTED,
+    )
+    took_status = time.monotonic() - applied
+    print(
+        f"after Flux applied: adopted {took_adopted:.2f} s, Control Plane copy {took_copy:.2f} s,"
+        f" status back {took_status:.2f} s (reconciler poll interval {POLL:.0f} s, no webhook)"
+    )
+    assert sync.head != before, "the claim was adopted without the commit that names it"
+    flux.suspend(name)  # its deletion prunes nothing then
+    flux.delete(name)
