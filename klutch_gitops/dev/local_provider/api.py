@@ -1,7 +1,15 @@
-"""The provider's API and Crossplane's managed-resource conventions, as pure functions."""
+"""The provider's API and Crossplane's managed-resource conventions, as pure functions.
+
+Two flavours of the same kinds: the cluster-scoped group Crossplane 1.x composes (and Klutch's
+claims need), and Crossplane 2's namespaced managed resources in the ``.m.`` group, with a
+namespaced ProviderConfig and a ClusterProviderConfig (crossplane/crossplane apis/v2
+core/v2/resource_namespace.go: ``providerConfigRef {kind, name}``, ``writeConnectionSecretToRef
+{name}`` in the resource's namespace, ``managementPolicies`` instead of ``deletionPolicy``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from pathlib import Path
 from typing import Any
@@ -20,6 +28,13 @@ USERS = Resource(GROUP, VERSION, "localusers", "LocalUser", namespaced=False)
 BACKUPS = Resource(GROUP, VERSION, "localbackups", "LocalBackup", namespaced=False)
 RESTORES = Resource(GROUP, VERSION, "localrestores", "LocalRestore", namespaced=False)
 
+M_GROUP = "postgresql.m.local.klutch.anynines.com"  # Crossplane 2's namespaced managed resources
+NS_PROVIDER_CONFIGS = Resource(M_GROUP, VERSION, "providerconfigs", "ProviderConfig")
+CLUSTER_PROVIDER_CONFIGS = Resource(
+    M_GROUP, VERSION, "clusterproviderconfigs", "ClusterProviderConfig", namespaced=False
+)
+CLUSTER_PROVIDER_CONFIG = "ClusterProviderConfig"
+
 FIELD_MANAGER = "klutch-local-provider"
 FINALIZER = "finalizer.managedresource.crossplane.io"  # Crossplane's managed reconciler's
 IN_USE_FINALIZER = "in-use.crossplane.io"  # on a ProviderConfig that managed resources use
@@ -29,15 +44,35 @@ CONNECTION_SECRET_TYPE = "connection.crossplane.io/v1alpha1"  # noqa: S105 - a t
 MAX_IDENTIFIER_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1; longer names are silently cut
 OWNER_SUFFIX = "_owner"
 CRD_DIR = Path(__file__).resolve().parents[3] / "catalog" / "provider"
+NAMESPACED_CRD_DIR = CRD_DIR / "namespaced"
 
 
 class ReconcileError(Exception):
     """A failure a person fixes: its message becomes the Synced condition's message."""
 
 
-def load_crds() -> list[dict[str, Any]]:
-    """The provider's CRDs, sorted by file name."""
-    return [yaml.safe_load(path.read_text()) for path in sorted(CRD_DIR.glob("*.yaml"))]
+def load_crds(directory: Path = CRD_DIR) -> list[dict[str, Any]]:
+    """The CRDs in ``directory`` (the cluster-scoped ones by default), sorted by file name."""
+    return [yaml.safe_load(path.read_text()) for path in sorted(directory.glob("*.yaml"))]
+
+
+def namespaced(resource: Resource) -> Resource:
+    """The namespaced twin of a cluster-scoped managed kind: same kind, plural and version, in
+    the ``.m.`` group, as Crossplane 2 providers name theirs."""
+    return dataclasses.replace(resource, group=M_GROUP, namespaced=True)
+
+
+def in_flavour_of(resource: Resource, mr: dict[str, Any]) -> Resource:
+    """``resource`` (a cluster-scoped kind) in ``mr``'s flavour: a namespaced resource refers
+    only to namespaced ones, in its own namespace."""
+    return namespaced(resource) if mr["metadata"].get("namespace") else resource
+
+
+def identity(mr: dict[str, Any]) -> str:
+    """``namespace/name`` of a namespaced resource, ``name`` of a cluster-scoped one: what the
+    marker on the server names, so two namespaces never adopt each other's database or role."""
+    meta = mr["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
 
 
 def now() -> str:
@@ -113,16 +148,52 @@ def provider_config_name(mr: dict[str, Any]) -> str:
     return ref.get("name") or DEFAULT_PROVIDER_CONFIG
 
 
+@dataclasses.dataclass(frozen=True)
+class ProviderConfigRef:
+    """The object ``spec.providerConfigRef`` names, wherever it lives."""
+
+    resource: Resource
+    namespace: str | None
+    name: str
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.resource.kind} {where}{self.name}"
+
+
+def provider_config_ref(mr: dict[str, Any]) -> ProviderConfigRef:
+    """A cluster-scoped resource names a cluster ProviderConfig; a namespaced one a
+    ClusterProviderConfig (the default kind) or a ProviderConfig in its own namespace."""
+    name = provider_config_name(mr)
+    namespace = mr["metadata"].get("namespace")
+    if not namespace:
+        return ProviderConfigRef(PROVIDER_CONFIGS, None, name)
+    kind = ((mr.get("spec") or {}).get("providerConfigRef") or {}).get("kind")
+    if (kind or CLUSTER_PROVIDER_CONFIG) == CLUSTER_PROVIDER_CONFIG:
+        return ProviderConfigRef(CLUSTER_PROVIDER_CONFIGS, None, name)
+    return ProviderConfigRef(NS_PROVIDER_CONFIGS, namespace, name)
+
+
+def allows(mr: dict[str, Any], action: str) -> bool:
+    """Whether ``spec.managementPolicies`` (absent: ``["*"]``) lets the provider ``action``
+    (Create, Update, Delete) the external resource."""
+    policies = (mr.get("spec") or {}).get("managementPolicies") or ["*"]
+    return "*" in policies or action in policies
+
+
 def orphans(mr: dict[str, Any]) -> bool:
-    """Whether deleting ``mr`` keeps the external resource (``deletionPolicy: Orphan``)."""
-    return (mr.get("spec") or {}).get("deletionPolicy") == "Orphan"
+    """Whether deleting ``mr`` keeps the external resource: ``deletionPolicy: Orphan`` (cluster
+    flavour) or management policies without Delete (namespaced flavour)."""
+    return (mr.get("spec") or {}).get("deletionPolicy") == "Orphan" or not allows(mr, "Delete")
 
 
 def connection_secret_ref(mr: dict[str, Any]) -> tuple[str, str] | None:
+    """The Secret's namespace and name: a namespaced resource writes into its own namespace."""
     ref = (mr.get("spec") or {}).get("writeConnectionSecretToRef") or {}
-    if not ref.get("name") or not ref.get("namespace"):
+    namespace = mr["metadata"].get("namespace") or ref.get("namespace")
+    if not ref.get("name") or not namespace:
         return None
-    return ref["namespace"], ref["name"]
+    return namespace, ref["name"]
 
 
 def controller_reference(mr: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from klutch_gitops.dev.local_provider.api import (
     at_provider,
     external_name,
     now,
-    provider_config_name,
+    provider_config_ref,
     timestamp,
 )
 from klutch_gitops.dev.local_provider.managed import Context, Details, Observation, resolve
@@ -41,7 +41,11 @@ def dump_file(store: Path, name: str) -> Path:
 
 
 def backup_file(ctx: Context, name: str) -> Path:
-    return dump_file(ctx.server.store(provider_config_name(ctx.mr)), name)
+    """A namespaced backup's dump lives in a directory of its namespace: two namespaces may
+    name their backups alike."""
+    store = ctx.server.store(str(provider_config_ref(ctx.mr)))
+    namespace = ctx.mr["metadata"].get("namespace")
+    return dump_file(store / namespace if namespace else store, name)
 
 
 class LocalBackup:
@@ -69,6 +73,7 @@ class LocalBackup:
         path = backup_file(ctx, external_name(ctx.mr))
         ctx.report({"database": database, "startedAt": now()})
         partial = path.with_name(f".{path.name}.partial")
+        path.parent.mkdir(exist_ok=True, mode=0o700)
         try:
             ctx.server.run(
                 "pg_dump",

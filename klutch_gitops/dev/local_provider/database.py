@@ -18,6 +18,7 @@ from klutch_gitops.dev.local_provider.api import (
     OWNER_SUFFIX,
     external_name,
     for_provider,
+    identity,
     marker,
     owner_role,
     pg_identifier,
@@ -151,7 +152,7 @@ class LocalDatabase:
 
     def observe(self, ctx: Context) -> Observation:
         name, role, database = self._inspect(ctx)
-        mr_name = ctx.mr["metadata"]["name"]
+        mr_name = identity(ctx.mr)
         problem = conflict(name, mr_name, role, database)
         if database is None or problem:
             return Observation(exists=database is not None, conflict=problem)
@@ -160,9 +161,7 @@ class LocalDatabase:
 
     def create(self, ctx: Context) -> Details | None:
         name, role, _ = self._inspect(ctx)
-        ctx.server.execute(
-            create_plan(name, ctx.mr["metadata"]["name"], for_provider(ctx.mr), role)
-        )
+        ctx.server.execute(create_plan(name, identity(ctx.mr), for_provider(ctx.mr), role))
         return None
 
     def update(self, ctx: Context, observation: Observation) -> Details | None:
@@ -173,7 +172,7 @@ class LocalDatabase:
 
     def delete(self, ctx: Context) -> None:
         name, role, database = self._inspect(ctx)
-        mr_name = ctx.mr["metadata"]["name"]
+        mr_name = identity(ctx.mr)
         if role is None or conflict(name, mr_name, role, database):
             log.info(
                 "nothing of ours to drop", extra={"kind": KIND, "object": mr_name, "database": name}

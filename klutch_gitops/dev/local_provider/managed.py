@@ -6,6 +6,9 @@ connection Secret (controlled by the managed resource, never taking over someone
 Ready and Synced conditions with the reason and message of a failure, the deletion policy, and a
 requeue every poll interval so drift on the server is repaired.
 
+One reconciler serves one Resource, cluster-scoped or namespaced alike: objects are keyed by
+namespace (empty for cluster-scoped) and name, and references resolve in the object's flavour.
+
 Only changes a person makes (generation, annotations, deletion) trigger a reconcile from the
 watch; the provider's own status writes do not, so a changing ``atProvider`` cannot loop.
 """
@@ -25,6 +28,7 @@ from klutch_gitops.dev.local_provider.api import (
     FIELD_MANAGER,
     FINALIZER,
     ReconcileError,
+    allows,
     available,
     connection_secret_ref,
     controlled_by,
@@ -33,6 +37,8 @@ from klutch_gitops.dev.local_provider.api import (
     deleting,
     external_name,
     for_provider,
+    identity,
+    in_flavour_of,
     now,
     orphans,
     reconcile_error,
@@ -47,6 +53,7 @@ from klutch_gitops.kube.workqueue import WorkQueue, run_workers
 log = logging.getLogger(__name__)
 
 Details = dict[str, str]  # connection details, published to writeConnectionSecretToRef
+Key = tuple[str, str]  # namespace ("" when cluster-scoped) and name
 
 
 @dataclass
@@ -79,8 +86,11 @@ class Context:
         self._server = connector.connect(self.mr)
 
     def get(self, resource: Resource, name: str) -> dict[str, Any] | None:
-        """Another cluster-scoped object of the provider (a referenced one)."""
-        return self.kube.get(resource, None, name)
+        """A referenced object of the provider: ``resource`` names the cluster-scoped kind; a
+        namespaced resource finds its namespaced twin in its own namespace."""
+        return self.kube.get(
+            in_flavour_of(resource, self.mr), self.mr["metadata"].get("namespace"), name
+        )
 
     def connection_secret(self) -> Details:
         """The published connection details; empty unless the Secret is this resource's own."""
@@ -114,7 +124,9 @@ class Context:
             {
                 "apiVersion": self.mr["apiVersion"],
                 "kind": self.mr["kind"],
-                "metadata": {"name": self.mr["metadata"]["name"]},
+                "metadata": {
+                    k: v for k, v in self.mr["metadata"].items() if k in ("name", "namespace")
+                },
                 "status": status,
             },
             field_manager=FIELD_MANAGER,
@@ -153,6 +165,11 @@ class External(Protocol):
     def delete(self, ctx: Context) -> None: ...
 
 
+def key_of(obj: dict[str, Any]) -> Key:
+    meta = obj["metadata"]
+    return meta.get("namespace") or "", meta["name"]
+
+
 def trigger(obj: dict[str, Any]) -> tuple[Any, ...]:
     """What a person changes: a watch event that leaves it alone is the provider's own write."""
     meta = obj["metadata"]
@@ -181,13 +198,14 @@ class ManagedReconciler:
         self.poll_interval = poll_interval
         self.workers = workers
         self.on_event = on_event
-        self.queue: WorkQueue[str] = WorkQueue()
-        self.informer = Informer(kube, resource, self._on_event, name=resource.plural)
-        self._seen: dict[str, tuple[Any, ...]] = {}
+        self.queue: WorkQueue[Key] = WorkQueue()
+        self.name = f"{resource.plural}.{resource.group}"
+        self.informer = Informer(kube, resource, self._on_event, name=self.name)
+        self._seen: dict[Key, tuple[Any, ...]] = {}
 
     def start(self) -> ManagedReconciler:
         self.informer.start()
-        run_workers(self.queue, self.reconcile, self.workers, self.resource.plural)
+        run_workers(self.queue, self.reconcile, self.workers, self.name)
         return self
 
     def stop(self) -> None:
@@ -196,18 +214,19 @@ class ManagedReconciler:
 
     def _on_event(self, event: str, obj: dict[str, Any]) -> None:
         self.on_event(event, obj)
-        name = obj["metadata"]["name"]
+        key = key_of(obj)
         if event == "DELETED":
-            self._seen.pop(name, None)
+            self._seen.pop(key, None)
             return
-        key = trigger(obj)
-        if self._seen.get(name) != key:
-            self._seen[name] = key
-            self.queue.add(name)
+        changed = trigger(obj)
+        if self._seen.get(key) != changed:
+            self._seen[key] = changed
+            self.queue.add(key)
 
-    def reconcile(self, name: str) -> None:
+    def reconcile(self, key: Key) -> None:
         """One pass; raises (after reporting Synced=False) so the queue retries with back-off."""
-        mr = self.kube.get(self.resource, None, name)
+        namespace, name = key
+        mr = self.kube.get(self.resource, namespace or None, name)
         if mr is None:
             return
         if mr["metadata"].get("deletionTimestamp"):
@@ -223,10 +242,15 @@ class ManagedReconciler:
                 raise ReconcileError(observation.conflict)
             if not observation.exists:
                 phase = "create"
+                if not allows(ctx.mr, "Create"):
+                    raise ReconcileError(
+                        "the external resource does not exist and spec.managementPolicies does "
+                        "not allow Create: add Create (or '*'), or create it on the server"
+                    )
                 ctx.report(observation.at_provider)
                 self._publish(ctx, self.external.create(ctx))
                 observation = self.external.observe(ctx)
-            elif not observation.up_to_date:
+            elif not observation.up_to_date and allows(ctx.mr, "Update"):
                 phase = "update"
                 self._publish(ctx, self.external.update(ctx, observation))
                 observation = self.external.observe(ctx)
@@ -237,7 +261,7 @@ class ManagedReconciler:
             raise
         ready = available() if observation.exists and observation.ready else creating()
         ctx.write_status([ready, reconcile_success()], observation.at_provider)
-        self.queue.add_after(name, self.poll_interval)
+        self.queue.add_after(key, self.poll_interval)
 
     def _claim(self, mr: dict[str, Any]) -> dict[str, Any]:
         """Our finalizer and the external-name annotation, with an optimistic lock."""
@@ -251,7 +275,9 @@ class ManagedReconciler:
         if not patch:
             return mr
         patch["resourceVersion"] = meta["resourceVersion"]
-        return self.kube.patch(self.resource, None, meta["name"], {"metadata": patch})
+        return self.kube.patch(
+            self.resource, meta.get("namespace"), meta["name"], {"metadata": patch}
+        )
 
     def _finalize(self, ctx: Context) -> None:
         """Delete the external resource (unless orphaned) and the Secret, then let go."""
@@ -274,7 +300,7 @@ class ManagedReconciler:
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         self.kube.patch(
             self.resource,
-            None,
+            meta.get("namespace"),
             meta["name"],
             {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}},
         )
@@ -288,7 +314,7 @@ class ManagedReconciler:
         if existing is not None and not controlled_by(existing, ctx.mr):
             raise ReconcileError(
                 f"Secret {namespace}/{name} exists and is not controlled by "
-                f"{ctx.mr['kind']} {ctx.mr['metadata']['name']}: choose another "
+                f"{ctx.mr['kind']} {identity(ctx.mr)}: choose another "
                 "spec.writeConnectionSecretToRef, or delete that Secret"
             )
         data = {k: base64.b64encode(v.encode()).decode() for k, v in sorted(details.items())}
@@ -319,7 +345,7 @@ class ManagedReconciler:
                 "could not report a reconcile error",
                 extra={
                     "kind": self.resource.kind,
-                    "object": ctx.mr["metadata"]["name"],  # "name" is a LogRecord attribute
+                    "object": identity(ctx.mr),  # "name" is a LogRecord attribute
                     "error": str(error),
                 },
             )

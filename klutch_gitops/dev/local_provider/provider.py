@@ -1,7 +1,11 @@
-"""The provider process: its CRDs, one reconciler per kind, usage tracking, a health endpoint.
+"""The provider process: its CRDs, one reconciler per kind and scope, usage tracking, a health
+endpoint.
 
-``bootstrap`` writes a ProviderConfig and its Secret for a server given on the command line, so a
-stack can start the provider already pointing at its PostgreSQL.
+Each kind is served twice by the same External: cluster-scoped (what Crossplane 1.x composes and
+Klutch's claims use) and namespaced in the ``.m.`` group (Crossplane 2's managed resources).
+``bootstrap`` writes a ProviderConfig, a ClusterProviderConfig of the same name and their Secret
+for a server given on the command line, so a stack can start the provider already pointing at its
+PostgreSQL in both flavours.
 """
 
 from __future__ import annotations
@@ -15,22 +19,27 @@ from typing import Any
 
 from klutch_gitops.dev.local_provider.api import (
     BACKUPS,
+    CLUSTER_PROVIDER_CONFIGS,
     DATABASES,
     FIELD_MANAGER,
+    NAMESPACED_CRD_DIR,
+    NS_PROVIDER_CONFIGS,
     PROVIDER_CONFIGS,
     RESTORES,
     USERS,
+    ProviderConfigRef,
     load_crds,
-    provider_config_name,
+    namespaced,
+    provider_config_ref,
 )
 from klutch_gitops.dev.local_provider.backup import LocalBackup
 from klutch_gitops.dev.local_provider.database import LocalDatabase
-from klutch_gitops.dev.local_provider.managed import ManagedReconciler
+from klutch_gitops.dev.local_provider.managed import External, ManagedReconciler
 from klutch_gitops.dev.local_provider.providerconfig import ProviderConfigController
 from klutch_gitops.dev.local_provider.restore import LocalRestore
 from klutch_gitops.dev.local_provider.server import Connector
 from klutch_gitops.dev.local_provider.user import LocalUser
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
+from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, Resource
 from klutch_gitops.kube.crds import install_crds
 
 POLL_INTERVAL = 60.0  # Crossplane's default: how soon drift on the server is repaired
@@ -48,9 +57,18 @@ class LocalProvider:
     ) -> None:
         self.kube = kube
         connector = Connector(kube, backup_dir, bin_dir)
-        self.provider_configs = ProviderConfigController(kube, self.users)
+        self.provider_configs = {
+            resource: ProviderConfigController(kube, resource, self.users)
+            for resource in (PROVIDER_CONFIGS, NS_PROVIDER_CONFIGS, CLUSTER_PROVIDER_CONFIGS)
+        }
+        kinds: list[tuple[Resource, External]] = [
+            (DATABASES, LocalDatabase()),
+            (USERS, LocalUser()),
+            (BACKUPS, LocalBackup()),
+            (RESTORES, LocalRestore()),
+        ]
         self.reconcilers = {
-            resource.kind: ManagedReconciler(
+            resource: ManagedReconciler(
                 kube,
                 resource,
                 external,
@@ -59,17 +77,14 @@ class LocalProvider:
                 workers=workers,
                 on_event=self._usage_changed,
             )
-            for resource, external in (
-                (DATABASES, LocalDatabase()),
-                (USERS, LocalUser()),
-                (BACKUPS, LocalBackup()),
-                (RESTORES, LocalRestore()),
-            )
+            for cluster_scoped, external in kinds
+            for resource in (cluster_scoped, namespaced(cluster_scoped))
         }
 
     def start(self) -> LocalProvider:
-        install_crds(self.kube.api, load_crds())
-        self.provider_configs.start()
+        install_crds(self.kube.api, load_crds() + load_crds(NAMESPACED_CRD_DIR))
+        for controller in self.provider_configs.values():
+            controller.start()
         for reconciler in self.reconcilers.values():
             reconciler.start()
         return self
@@ -77,21 +92,24 @@ class LocalProvider:
     def stop(self) -> None:
         for reconciler in self.reconcilers.values():
             reconciler.stop()
-        self.provider_configs.stop()
+        for controller in self.provider_configs.values():
+            controller.stop()
 
     def synced(self) -> bool:
         informers = [r.informer for r in self.reconcilers.values()]
-        return all(i.synced.is_set() for i in [*informers, self.provider_configs.informer])
+        informers += [c.informer for c in self.provider_configs.values()]
+        return all(i.synced.is_set() for i in informers)
 
-    def users(self, provider_config: str) -> int:
+    def users(self, provider_config: ProviderConfigRef) -> int:
         return sum(
-            provider_config_name(obj) == provider_config
+            provider_config_ref(obj) == provider_config
             for reconciler in self.reconcilers.values()
             for obj in reconciler.informer.items()
         )
 
     def _usage_changed(self, _event: str, obj: dict[str, Any]) -> None:
-        self.provider_configs.queue.add(provider_config_name(obj))
+        ref = provider_config_ref(obj)
+        self.provider_configs[ref.resource].queue.add(ref)
 
 
 def bootstrap(
@@ -104,7 +122,8 @@ def bootstrap(
     password: str,
     namespace: str,
 ) -> None:
-    """ProviderConfig ``name`` and its Secret ``<namespace>/<name>-postgresql`` for one server."""
+    """ProviderConfig and ClusterProviderConfig ``name`` and their Secret
+    ``<namespace>/<name>-postgresql`` for one server."""
     secret = f"{name}-postgresql"
     kube.apply(
         NAMESPACES,
@@ -124,22 +143,23 @@ def bootstrap(
         field_manager=FIELD_MANAGER,
         force=True,
     )
-    kube.apply(
-        PROVIDER_CONFIGS,
-        {
-            "apiVersion": PROVIDER_CONFIGS.api_version,
-            "kind": PROVIDER_CONFIGS.kind,
-            "metadata": {"name": name},
-            "spec": {
-                "credentials": {
-                    "source": "PostgreSQLConnectionSecret",
-                    "connectionSecretRef": {"name": secret, "namespace": namespace},
-                }
+    for resource in (PROVIDER_CONFIGS, CLUSTER_PROVIDER_CONFIGS):
+        kube.apply(
+            resource,
+            {
+                "apiVersion": resource.api_version,
+                "kind": resource.kind,
+                "metadata": {"name": name},
+                "spec": {
+                    "credentials": {
+                        "source": "PostgreSQLConnectionSecret",
+                        "connectionSecretRef": {"name": secret, "namespace": namespace},
+                    }
+                },
             },
-        },
-        field_manager=FIELD_MANAGER,
-        force=True,
-    )
+            field_manager=FIELD_MANAGER,
+            force=True,
+        )
 
 
 def serve_health(port: int, ready: Callable[[], bool]) -> ThreadingHTTPServer:

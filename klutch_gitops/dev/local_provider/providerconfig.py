@@ -3,7 +3,8 @@
 A managed resource needs its ProviderConfig to the end, to drop what it made; so, as Crossplane
 does, a ProviderConfig that managed resources still name is not let go until the last of them is
 gone. Users are counted from the managed reconcilers' caches, and every event of a managed
-resource requeues the ProviderConfig it names.
+resource requeues the ProviderConfig it names. One controller per kind: the cluster
+ProviderConfig, and Crossplane 2's namespaced ProviderConfig and ClusterProviderConfig.
 """
 
 from __future__ import annotations
@@ -11,8 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from klutch_gitops.dev.local_provider.api import FIELD_MANAGER, IN_USE_FINALIZER, PROVIDER_CONFIGS
-from klutch_gitops.kube.client import Kube
+from klutch_gitops.dev.local_provider.api import (
+    FIELD_MANAGER,
+    IN_USE_FINALIZER,
+    ProviderConfigRef,
+)
+from klutch_gitops.kube.client import Kube, Resource
 from klutch_gitops.kube.informer import Informer
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
 
@@ -31,15 +36,19 @@ def finalizers_for(meta: dict[str, Any], users: int) -> list[str] | None:
 
 
 class ProviderConfigController:
-    def __init__(self, kube: Kube, users: Callable[[str], int]) -> None:
+    def __init__(
+        self, kube: Kube, resource: Resource, users: Callable[[ProviderConfigRef], int]
+    ) -> None:
         self.kube = kube
+        self.resource = resource
         self.users = users
-        self.queue: WorkQueue[str] = WorkQueue()
-        self.informer = Informer(kube, PROVIDER_CONFIGS, self._on_event, name="providerconfigs")
+        self.queue: WorkQueue[ProviderConfigRef] = WorkQueue()
+        self.name = f"{resource.plural}.{resource.group}"
+        self.informer = Informer(kube, resource, self._on_event, name=self.name)
 
     def start(self) -> ProviderConfigController:
         self.informer.start()
-        run_workers(self.queue, self.reconcile, 1, "providerconfigs")
+        run_workers(self.queue, self.reconcile, 1, self.name)
         return self
 
     def stop(self) -> None:
@@ -48,21 +57,23 @@ class ProviderConfigController:
 
     def _on_event(self, event: str, obj: dict[str, Any]) -> None:
         if event != "DELETED":
-            self.queue.add(obj["metadata"]["name"])
+            meta = obj["metadata"]
+            self.queue.add(ProviderConfigRef(self.resource, meta.get("namespace"), meta["name"]))
 
-    def reconcile(self, name: str) -> None:
-        provider_config = self.kube.get(PROVIDER_CONFIGS, None, name)
+    def reconcile(self, ref: ProviderConfigRef) -> None:
+        provider_config = self.kube.get(self.resource, ref.namespace, ref.name)
         if provider_config is None:
             return
         meta = provider_config["metadata"]
-        users = self.users(name)
+        users = self.users(ref)
         if (provider_config.get("status") or {}).get("users") != users:
+            where = {"namespace": ref.namespace} if ref.namespace else {}
             provider_config = self.kube.apply(
-                PROVIDER_CONFIGS,
+                self.resource,
                 {
-                    "apiVersion": PROVIDER_CONFIGS.api_version,
-                    "kind": PROVIDER_CONFIGS.kind,
-                    "metadata": {"name": name},
+                    "apiVersion": self.resource.api_version,
+                    "kind": self.resource.kind,
+                    "metadata": {"name": ref.name, **where},
                     "status": {"users": users},
                 },
                 field_manager=FIELD_MANAGER,
@@ -73,9 +84,9 @@ class ProviderConfigController:
         finalizers = finalizers_for(meta, users)
         if finalizers is not None:
             self.kube.patch(
-                PROVIDER_CONFIGS,
-                None,
-                name,
+                self.resource,
+                ref.namespace,
+                ref.name,
                 {
                     "metadata": {
                         "finalizers": finalizers,

@@ -3,6 +3,8 @@
 A ProviderConfig points at a Secret with Crossplane's connection keys (``endpoint``, ``port``,
 ``username``, ``password``, as provider-sql reads them) holding a superuser's login; backups go to
 its ``spec.backupStore.path`` or, without one, to the directory the provider was started with.
+A namespaced ProviderConfig (Crossplane 2) reads a Secret in its own namespace and has no store
+of its own: a namespace cannot choose where on the provider's machine files are written.
 """
 
 from __future__ import annotations
@@ -19,11 +21,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from klutch_gitops.dev.local_provider.api import (
-    PROVIDER_CONFIGS,
-    ReconcileError,
-    provider_config_name,
-)
+from klutch_gitops.dev.local_provider.api import ReconcileError, provider_config_ref
 from klutch_gitops.kube.client import SECRETS, Kube
 
 SECRET_KEYS = ("endpoint", "port", "username", "password")
@@ -70,10 +68,11 @@ class Server:
                         connection.execute(statement)
 
     def store(self, provider_config: str) -> Path:
-        """The backup directory, made owner-only on first use."""
+        """The backup directory, made owner-only on first use; ``provider_config`` names the
+        object (kind and name) for the error."""
         if self.backup_dir is None:
             raise ReconcileError(
-                f"ProviderConfig {provider_config} has no backup store: set its "
+                f"{provider_config} has no backup store: set its "
                 "spec.backupStore.path, or start the provider with --backup-dir"
             )
         self.backup_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -107,22 +106,32 @@ class Server:
             )
 
 
+def secret_ref(provider_config: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The namespace and name of a ProviderConfig's Secret: a namespaced ProviderConfig's is in
+    its own namespace, whatever the reference says."""
+    spec = provider_config.get("spec") or {}
+    ref = (spec.get("credentials") or {}).get("connectionSecretRef") or {}
+    namespace = provider_config.get("metadata", {}).get("namespace") or ref.get("namespace")
+    return namespace, ref.get("name")
+
+
 def server_from(
     name: str,
     provider_config: dict[str, Any] | None,
     secret: dict[str, Any] | None,
     default_backup_dir: Path | None,
     bin_dir: Path,
+    kind: str = "ProviderConfig",
 ) -> Server:
-    """The server of ProviderConfig ``name``, or an error saying what is missing."""
+    """The server of ``kind`` ``name``, or an error saying what is missing."""
     if provider_config is None:
         raise ReconcileError(
-            f"ProviderConfig {name} not found: create it, with spec.credentials."
+            f"{kind} {name} not found: create it, with spec.credentials."
             f"connectionSecretRef naming a Secret with the keys {', '.join(SECRET_KEYS)}"
         )
     spec = provider_config.get("spec") or {}
-    ref = (spec.get("credentials") or {}).get("connectionSecretRef") or {}
-    where = f"Secret {ref.get('namespace')}/{ref.get('name')} of ProviderConfig {name}"
+    namespace, secret_name = secret_ref(provider_config)
+    where = f"Secret {namespace}/{secret_name} of {kind} {name}"
     if secret is None:
         raise ReconcileError(f"{where} not found")
     data = secret.get("data") or {}
@@ -134,7 +143,8 @@ def server_from(
         port = int(values["port"])
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise ReconcileError(f"{where}: port must be a number, every key UTF-8") from None
-    store = (spec.get("backupStore") or {}).get("path")
+    namespaced = bool(provider_config.get("metadata", {}).get("namespace"))
+    store = None if namespaced else (spec.get("backupStore") or {}).get("path")
     return Server(
         host=values["endpoint"],
         port=port,
@@ -155,13 +165,19 @@ class Connector:
         self.bin_dir = bin_dir
 
     def connect(self, mr: dict[str, Any]) -> Server:
-        name = provider_config_name(mr)
-        provider_config = self.kube.get(PROVIDER_CONFIGS, None, name)
+        ref = provider_config_ref(mr)
+        provider_config = self.kube.get(ref.resource, ref.namespace, ref.name)
         secret = None
         if provider_config is not None:
-            ref = ((provider_config.get("spec") or {}).get("credentials") or {}).get(
-                "connectionSecretRef"
-            ) or {}
-            if ref.get("name") and ref.get("namespace"):
-                secret = self.kube.get(SECRETS, ref["namespace"], ref["name"])
-        return server_from(name, provider_config, secret, self.default_backup_dir, self.bin_dir)
+            namespace, name = secret_ref(provider_config)
+            if name and namespace:
+                secret = self.kube.get(SECRETS, namespace, name)
+        label = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+        return server_from(
+            label,
+            provider_config,
+            secret,
+            self.default_backup_dir,
+            self.bin_dir,
+            kind=ref.resource.kind,
+        )

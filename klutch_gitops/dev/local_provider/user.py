@@ -27,6 +27,7 @@ from klutch_gitops.dev.local_provider.api import (
     at_provider,
     external_name,
     for_provider,
+    identity,
     marker,
     owner_role,
     pg_identifier,
@@ -165,7 +166,7 @@ class LocalUser:
                 f"the database of {KIND} {ctx.mr['metadata']['name']} cannot change (it is "
                 f"{recorded!r}): create another {KIND} for {state.database!r}"
             )
-        mr_name = ctx.mr["metadata"]["name"]
+        mr_name = identity(ctx.mr)
         wanted = desired_privileges(for_provider(ctx.mr))
         reason = problem(state, wanted, mr_name)
         if reason or state.role is None:
@@ -191,7 +192,7 @@ class LocalUser:
 
     def _converge(self, ctx: Context, new_password: bool) -> Details | None:
         state = self._inspect(ctx, resolve(ctx, "database", DATABASES))
-        mr_name = ctx.mr["metadata"]["name"]
+        mr_name = identity(ctx.mr)
         password = secrets.token_urlsafe(24) if new_password else None
         with ctx.server.connect() as connection:
             verifier = (
@@ -205,7 +206,7 @@ class LocalUser:
         return credentials(ctx.server, state.user, password, state.database) if password else None
 
     def delete(self, ctx: Context) -> None:
-        mr_name = ctx.mr["metadata"]["name"]
+        mr_name = identity(ctx.mr)
         try:
             database = resolve(ctx, "database", DATABASES)
         except ReconcileError:  # the LocalDatabase went first: what the user was made for
