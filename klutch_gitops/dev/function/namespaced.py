@@ -1,0 +1,129 @@
+"""The namespaced-XR flavour of the local backend: what function-klutch-local composes for
+Crossplane 2's namespaced composite resources (``catalog/xrds-namespaced/``).
+
+A Crossplane 2 user writes a namespaced XR (no claim) and gets namespaced managed resources of
+the local provider (group ``postgresql.m.local.klutch.anynines.com``) in the XR's namespace:
+Crossplane places every composed resource of a namespaced XR there and names it after the XR
+(crossplane/crossplane internal/controller/apiextensions/composite/composition_render.go,
+RenderComposedResourceMetadata), so these composers set neither. The names on the server are
+``<namespace>-<name>``: one PostgreSQL server holds every namespace's databases and roles.
+Connection Secrets are written by the LocalUser into the XR's namespace (a namespaced managed
+resource's ``writeConnectionSecretToRef`` has a name only); Crossplane 2's XRs have none.
+
+Pure functions; ``COMPOSERS`` is merged into function-klutch-local's registry
+(``klutch_gitops.dev.function.composers``) under the names the Compositions' input ``compose``
+field uses.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+Composer = Callable[[dict, dict], dict[str, dict]]  # as in klutch_gitops.dev.function.composers
+
+API_VERSION = "postgresql.m.local.klutch.anynines.com/v1alpha1"
+PROVIDER_CONFIG = {"kind": "ClusterProviderConfig", "name": "local-postgresql"}
+EXTERNAL_NAME = "crossplane.io/external-name"
+PLAN_CONNECTIONS = {"nano": 10, "small": 25, "medium": 50, "big": 100}
+DEFAULT_CONNECTIONS = 10
+DATABASE_PARAMETERS = (
+    "statementTimeout",
+    "tempFileLimit",
+    "idleInTransactionSessionTimeout",
+    "workMem",
+)
+
+
+class NamespacedCompositionError(ValueError):
+    """The XR lacks what the composition needs: the message names the XR and the field."""
+
+
+def _what(xr: dict) -> str:
+    meta = xr.get("metadata") or {}
+    return f"{xr.get('kind', 'composite')} {meta.get('namespace', '?')}/{meta.get('name', '?')}"
+
+
+def server_name(xr: dict, name: str) -> str:
+    """``<XR namespace>-<name>``: a database or role name no other namespace composes."""
+    namespace = (xr.get("metadata") or {}).get("namespace")
+    if not namespace:
+        raise NamespacedCompositionError(
+            f"{_what(xr)} has no namespace: the namespaced flavour composes namespaced XRs "
+            "(apiextensions.crossplane.io/v2, scope Namespaced); cluster-scoped claims use "
+            "the local-* Compositions"
+        )
+    return f"{namespace}-{name}"
+
+
+def managed(kind: str, external_name: str, spec: dict[str, Any]) -> dict:
+    """A namespaced managed resource of the local provider, on the stack's server."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "metadata": {"annotations": {EXTERNAL_NAME: external_name}},
+        "spec": {"providerConfigRef": dict(PROVIDER_CONFIG), **spec},
+    }
+
+
+def connection_limit(xr: dict) -> int:
+    """``parameters.maxConnections`` if set, else the plan size's limit (the legacy flavour's
+    rule, so a plan means the same in both)."""
+    spec = xr.get("spec") or {}
+    parameters = spec.get("parameters") or {}
+    if parameters.get("maxConnections") is not None:
+        return int(parameters["maxConnections"])
+    plan = spec.get("plan")
+    if plan is None:
+        return DEFAULT_CONNECTIONS
+    size = re.search(r"[a-z]+$", str(plan))
+    if size is None or size.group(0) not in PLAN_CONNECTIONS:
+        raise NamespacedCompositionError(
+            f"{_what(xr)}: spec.plan {plan!r} does not end in a size the local backend knows "
+            f"({', '.join(PLAN_CONNECTIONS)})"
+        )
+    return PLAN_CONNECTIONS[size.group(0)]
+
+
+def postgresql(xr: dict, step_input: dict) -> dict[str, dict]:
+    """A PostgresqlInstance: one LocalDatabase, ``<namespace>-<name>`` on the server."""
+    parameters = (xr.get("spec") or {}).get("parameters") or {}
+    for_provider: dict[str, Any] = {"connectionLimit": connection_limit(xr)}
+    for field in DATABASE_PARAMETERS:
+        if parameters.get(field) is not None:
+            for_provider[field] = parameters[field]
+    name = server_name(xr, xr["metadata"]["name"])
+    return {"database": managed("LocalDatabase", name, {"forProvider": for_provider})}
+
+
+def binding(xr: dict, step_input: dict) -> dict[str, dict]:
+    """A ServiceBinding: a LocalUser with the Owner privileges on the instance's database,
+    writing a9s's credential keys into the Secret ``spec.secretName`` (default
+    ``<binding>-creds``) of the XR's namespace."""
+    spec = xr.get("spec") or {}
+    instance = spec.get("instanceRef")
+    if not instance:
+        raise NamespacedCompositionError(
+            f"{_what(xr)}: spec.instanceRef is missing (the PostgresqlInstance to bind, in "
+            "this namespace)"
+        )
+    name = xr["metadata"]["name"]
+    user = managed(
+        "LocalUser",
+        server_name(xr, name),
+        {
+            "forProvider": {
+                "database": server_name(xr, str(instance)),
+                "privileges": ["Owner"],
+            },
+            "writeConnectionSecretToRef": {"name": spec.get("secretName") or f"{name}-creds"},
+        },
+    )
+    return {"user": user}
+
+
+COMPOSERS: dict[str, Composer] = {
+    "namespaced-postgresql": postgresql,
+    "namespaced-servicebinding": binding,
+}
