@@ -1,0 +1,278 @@
+"""``appSync: external`` with the real Flux: source-controller and kustomize-controller v1.9.6
+(tests/peers/flux.py) apply a tenant's claims to the App Cluster while an in-process reconciler
+adopts, mirrors and writes status back.
+
+What Flux does, from kustomize-controller@v1.9.6 internal/controller/kustomization_controller.go:
+it server-side applies with the field manager ``kustomize-controller`` (and forces), labels what
+it applied ``kustomize.toolkit.fluxcd.io/name``/``…/namespace``, prunes what left the source
+(``prune``: a DELETE per object, not awaited), and with ``wait: true`` checks the health of the
+objects of its inventory (``checkHealth``; a pruned object is no longer in the inventory).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim, is_ready
+from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, report_ready
+from klutch_gitops.dev.testkit.wait import eventually
+from klutch_gitops.kube.client import EVENTS
+from reconciler.sync import objects
+
+from .flux import FluxPeer
+
+pytestmark = [pytest.mark.integration, pytest.mark.peers]
+
+HEALTH_EXPRS = Path(__file__).parents[2] / "catalog/health/flux/health-check-exprs.yaml"
+MANAGER = "kustomize-controller"  # kustomize-controller's main.go: controllerName
+CHURN_WINDOW = 60.0  # seconds of quiet watched for generation churn
+FLUX_WAIT = 60.0  # Flux's first fetch and apply, on a loaded two-core machine
+
+
+@pytest.fixture
+def tenant(stack, clusters, tmp_path: Path) -> Iterator[Tenant]:
+    world = make_tenant(stack, clusters, tmp_path, mode="files", app_sync="external")
+    yield world
+    world.reconciler.stop()
+
+
+def health_check_exprs() -> list[dict]:
+    """Ours, as published: the list a Kustomization's spec.healthCheckExprs takes."""
+    return yaml.safe_load(HEALTH_EXPRS.read_text())
+
+
+def follow(flux: FluxPeer, tenant: Tenant, *, wait: bool = True) -> str:
+    """Point a Kustomization named after the tenant at its repository's claims; its name."""
+    name = tenant.spec.name
+    flux.sync(
+        name,
+        flux.serve(tenant.remote),
+        f"./{tenant.spec.path}",
+        wait=wait,
+        health_check_exprs=health_check_exprs() if wait else None,
+    )
+    return name
+
+
+def applied(flux: FluxPeer, tenant: Tenant, name: str) -> dict:
+    """The claim once kustomize-controller has applied it."""
+    return eventually(
+        lambda: tenant.app.get(POSTGRES, tenant.namespace, name),
+        f"Flux to apply {name}\n{flux.tails()}",
+        timeout=FLUX_WAIT,
+        interval=0.05,
+    )
+
+
+def adopted(tenant: Tenant, name: str) -> dict | None:
+    live = tenant.app.get(POSTGRES, tenant.namespace, name)
+    meta = (live or {}).get("metadata") or {}
+    if objects.FINALIZER not in (meta.get("finalizers") or []):
+        return None
+    if (meta.get("labels") or {}).get(objects.REPOSITORY_LABEL) != tenant.spec.name:
+        return None
+    return live
+
+
+def status_path(tenant: Tenant, name: str) -> str:
+    return f"{tenant.spec.path}/.klutch/status/{tenant.namespace}/PostgresqlInstance/{name}.yaml"
+
+
+def committed_status(tenant: Tenant, name: str) -> dict | None:
+    try:
+        return yaml.safe_load(tenant.remote_file(status_path(tenant, name))) or None
+    except Exception:  # not committed yet
+        return None
+
+
+def managers(obj: dict) -> dict[tuple[str, str, str], dict]:
+    return {
+        (e["manager"], e["operation"], e.get("subresource", "")): e.get("fieldsV1") or {}
+        for e in obj["metadata"]["managedFields"]
+    }
+
+
+def assert_ownership(live: dict) -> None:
+    """Flux owns what it applied, we own our label, our finalizer and status, nothing else."""
+    fields = managers(live)
+    assert {m for m, _, _ in fields} == {MANAGER, "klutch-gitops"}, list(fields)
+    flux_fields = fields[(MANAGER, "Apply", "")]
+    assert {"f:spec", "f:metadata"} <= set(flux_fields), flux_fields
+    flux_labels = set(flux_fields["f:metadata"]["f:labels"])
+    assert {
+        "f:kustomize.toolkit.fluxcd.io/name",
+        "f:kustomize.toolkit.fluxcd.io/namespace",
+    } <= flux_labels, flux_labels
+    ours = fields[("klutch-gitops", "Apply", "")]
+    assert set(ours) == {"f:metadata"}, ours
+    assert set(ours["f:metadata"]) == {"f:labels", "f:finalizers"}, ours
+    assert set(ours["f:metadata"]["f:labels"]) - {"."} == {f"f:{objects.REPOSITORY_LABEL}"}
+    assert set(fields[("klutch-gitops", "Apply", "status")]) == {"f:status"}
+
+
+def churn(tenant: Tenant, name: str) -> tuple[int, str, int, str]:
+    app = tenant.app.get(POSTGRES, tenant.namespace, name)
+    copy = tenant.control_plane.get(POSTGRES, tenant.mapped, name)
+    return (
+        app["metadata"]["generation"],
+        app["metadata"]["resourceVersion"],
+        copy["metadata"]["generation"],
+        copy["metadata"]["resourceVersion"],
+    )
+
+
+def test_flux_applies_the_reconciler_mirrors_and_reports_ready_without_conflict(
+    flux: FluxPeer, tenant: Tenant, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    tenant.push({"claims/db.yaml": claim("db", tenant.namespace)})
+    kustomization = follow(flux, tenant)
+    applied(flux, tenant, "db")
+    flux_applied = time.monotonic()
+
+    eventually(lambda: adopted(tenant, "db"), "our finalizer and label")
+    copy = eventually(
+        lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db"), "the Control Plane copy"
+    )
+    assert copy["spec"] == tenant.app.get(POSTGRES, tenant.namespace, "db")["spec"]
+    assert not any(k.startswith("kustomize.toolkit") for k in copy["metadata"].get("labels", {}))
+    first_commit = eventually(lambda: committed_status(tenant, "db"), "a status commit", 30)
+    print(f"status commit {time.monotonic() - flux_applied:.1f} s after Flux applied")
+    assert first_commit["metadata"]["name"] == "db"
+    # wait: true with our expressions: not Ready while the claim is not
+    assert flux.ready(kustomization)[0] != "True", flux.ready(kustomization)
+
+    report_ready(tenant, "db")
+    eventually(
+        lambda: is_ready(tenant.app.get(POSTGRES, tenant.namespace, "db").get("status")),
+        "Ready mirrored to the App claim",
+    )
+    eventually(
+        lambda: flux.ready(kustomization)[0] == "True",
+        f"Flux's health check to see the claim Ready\n{flux.tails()}",
+        timeout=FLUX_WAIT,
+    )
+    eventually(
+        lambda: is_ready((committed_status(tenant, "db") or {}).get("status")),
+        "the status commit with Ready",
+    )
+    print(f"Flux Ready: {flux.ready(kustomization)}")
+
+    before = churn(tenant, "db")
+    revision = flux.kustomization(kustomization)["status"]["lastAppliedRevision"]
+    time.sleep(CHURN_WINDOW)  # Flux reconciles every 2 s meanwhile
+    print(f"no churn window: {CHURN_WINDOW:.0f} s, Flux at {revision}")
+    assert churn(tenant, "db") == before, "a write in a quiet window: someone is flapping"
+    assert flux.ready(kustomization)[0] == "True"
+
+    live = tenant.app.get(POSTGRES, tenant.namespace, "db")
+    assert_ownership(live)
+    assert flux.conflicts() == [], flux.conflicts()
+    assert [r.getMessage() for r in caplog.records if "409" in r.getMessage()] == []
+    flux.suspend(kustomization)  # its deletion prunes nothing then
+    flux.delete(kustomization)
+
+
+def test_a_pruned_claim_is_held_until_its_copy_is_gone_while_flux_says_ready(
+    flux: FluxPeer, tenant: Tenant
+) -> None:
+    """Defect 3 of issue 16: ``wait: true`` does not make the Kustomization wait for a held
+    deletion. kustomize-controller's ``prune`` sends the DELETE and moves on (no wait), the object
+    leaves the inventory, and ``checkHealth`` looks at the inventory only: Ready while the claim
+    is still held by our finalizer. Only deleting the Kustomization itself with
+    ``deletionPolicy: WaitForTermination`` waits (``finalize``)."""
+    tenant.push({f"claims/{n}.yaml": claim(n, tenant.namespace) for n in ("db", "keep")})
+    kustomization = follow(flux, tenant)
+    for name in ("db", "keep"):
+        eventually(lambda n=name: tenant.control_plane.get(POSTGRES, tenant.mapped, n), name)
+        report_ready(tenant, name)
+    eventually(lambda: flux.ready(kustomization)[0] == "True", "Flux Ready", timeout=FLUX_WAIT)
+    # the provider takes its time to deprovision
+    tenant.control_plane.patch(
+        POSTGRES, tenant.mapped, "db", {"metadata": {"finalizers": ["provider.example/deprov"]}}
+    )
+
+    pruned = tenant.push({"claims/db.yaml": None}, "drop the database")
+    eventually(
+        lambda: tenant.app.get(POSTGRES, tenant.namespace, "db")["metadata"].get(
+            "deletionTimestamp"
+        ),
+        f"Flux to prune db\n{flux.tails()}",
+        timeout=FLUX_WAIT,
+    )
+    eventually(
+        lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db")["metadata"].get(
+            "deletionTimestamp"
+        ),
+        "the Control Plane copy to be deleting",
+    )
+    held = tenant.app.get(POSTGRES, tenant.namespace, "db")
+    assert held["metadata"]["finalizers"] == [objects.FINALIZER]
+
+    def ready_at_pruned_revision() -> tuple[str, str, str] | None:
+        live = flux.kustomization(kustomization)
+        revision = (live.get("status") or {}).get("lastAppliedRevision") or ""
+        state = flux.ready(kustomization)
+        return state if pruned in revision and state[0] == "True" else None
+
+    state = eventually(ready_at_pruned_revision, "Flux's verdict on the pruned revision", 30)
+    print(f"Flux while the claim is held: {state}")
+    assert tenant.app.get(POSTGRES, tenant.namespace, "db")["metadata"]["deletionTimestamp"]
+    inventory = [
+        e["id"] for e in flux.kustomization(kustomization)["status"]["inventory"]["entries"]
+    ]
+    assert not any(entry.endswith("_db_anynines.com_PostgresqlInstance") for entry in inventory)
+
+    tenant.control_plane.patch(POSTGRES, tenant.mapped, "db", {"metadata": {"finalizers": None}})
+    eventually(lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db") is None, "CP gone")
+    eventually(lambda: tenant.app.get(POSTGRES, tenant.namespace, "db") is None, "App gone")
+    assert tenant.control_plane.get(POSTGRES, tenant.mapped, "keep") is not None
+    flux.suspend(kustomization)  # leave "keep" alone when the Kustomization goes
+    flux.delete(kustomization)
+
+
+def test_a_protected_claim_pruned_by_flux_is_held_and_reported(
+    flux: FluxPeer, tenant: Tenant
+) -> None:
+    protected = claim("db", tenant.namespace).replace(
+        "  namespace:",
+        f'  annotations:\n    {objects.DELETION_PROTECTION}: "true"\n  namespace:',
+        1,
+    )
+    tenant.push({"claims/db.yaml": protected, "claims/other.yaml": claim("x", tenant.namespace)})
+    kustomization = follow(flux, tenant, wait=False)
+    eventually(lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db"), "the CP copy", 60)
+
+    tenant.push({"claims/db.yaml": None}, "drop the protected database")
+    eventually(
+        lambda: tenant.app.get(POSTGRES, tenant.namespace, "db")["metadata"].get(
+            "deletionTimestamp"
+        ),
+        f"Flux to prune db\n{flux.tails()}",
+        timeout=FLUX_WAIT,
+    )
+
+    def refused() -> list[dict]:
+        events, _ = tenant.app.list(EVENTS, tenant.namespace)
+        return [e for e in events if e["reason"] == "DeletionRefused"]
+
+    event = eventually(refused, "the refusal reported on the claim")[0]
+    print(f"reported: {event['message']}")
+    assert "deletion-protect" in event["message"]
+    time.sleep(3)  # a few more passes of both
+    assert (
+        tenant.control_plane.get(POSTGRES, tenant.mapped, "db")["metadata"].get("deletionTimestamp")
+        is None
+    )
+    held = tenant.app.get(POSTGRES, tenant.namespace, "db")
+    assert held["metadata"]["deletionTimestamp"]
+    assert objects.FINALIZER in held["metadata"]["finalizers"]
+    print(f"Flux while the protected claim is held: {flux.ready(kustomization)}")
+    flux.suspend(kustomization)
+    flux.delete(kustomization)
