@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 PLATFORM = ":platform"
 PLATFORM_DIR = ".platform"
 WATCHED_POLL_ROUNDS = 10  # a file:// remote is watched: poll it every tenth interval only
+# A registration's own pollInterval is a tenant's to set (RepositoryBinding): no shorter than
+# this, so one tenant cannot keep the one poller thread spawning `git ls-remote` for itself.
+MIN_POLL_INTERVAL = 1.0
 
 
 def registration_name(meta: dict) -> str:
@@ -345,8 +348,11 @@ class Registrations:
     # -- sources ----------------------------------------------------------------------------
 
     def watch_source(self, name: str, url: str, branch: str, interval: float | None = None) -> None:
-        """Poll at the registration's own ``pollInterval`` (None: the config file's); a new
-        spec comes through ``register``, so a changed interval takes effect with it."""
+        """Poll at the registration's own ``pollInterval`` (None: the config file's), at least
+        ``MIN_POLL_INTERVAL``; a new spec comes through ``register``, so a changed interval takes
+        effect with it."""
+        if interval is not None:
+            interval = max(interval, MIN_POLL_INTERVAL)
         if url.startswith("file://"):
             self.watcher.watch(name, Path(url.removeprefix("file://")))
             self.poller.watch(name, url, branch, interval, every=WATCHED_POLL_ROUNDS)  # safety net
