@@ -206,7 +206,8 @@ def status_object(
     ``in_sync``: the Control Plane copy has the App copy's spec; generations are counted in the
     App copy's (``progress.app_generations``, which writes ``status.observedGeneration``).
     ``refused``: why the pass refused the claim's change; the status then says ``Synced`` False
-    (reconciler/sync/events.py). Our own error is cleared even where the copy has no status.
+    (reconciler/sync/events.py) about the App copy's generation, so that health checks fail it
+    rather than wait. Our own error is cleared even where the copy has no status.
     ``held``: why the object's deletion is held; the status then says ``Ready`` False.
     """
     status = upstream.get("status")
@@ -221,7 +222,9 @@ def status_object(
         status = {}
     status = progress.app_generations(status, upstream, live_app, in_sync)
     if refused is not None:
-        status = events.with_refusal(status, refused, live_status, timestamp())
+        status = progress.refused(
+            events.with_refusal(status, refused, live_status, timestamp()), live_app
+        )
     if held is not None:
         status = progress.with_held(status, held, live_status, timestamp())
     if live_status == status:

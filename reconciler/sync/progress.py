@@ -91,6 +91,15 @@ def app_generations(
     return result
 
 
+def refused(status: dict[str, Any], live_app: Mapping[str, Any]) -> dict[str, Any]:
+    """A status that says the App copy's change was refused is about its current generation:
+    observed (and refused), so Flux and Argo CD report it failed instead of waiting."""
+    generation = _generation(live_app)
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status
+
+
 def with_held(
     status: Mapping[str, Any], message: str, live_status: Mapping[str, Any] | None, now: str | None
 ) -> dict[str, Any]:

@@ -267,5 +267,5 @@ def test_without_a_provider_status_only_our_own_condition_is_written_and_cleared
     assert [c["type"] for c in refused["status"]["conditions"]] == ["Synced"]
     cleared = objects.status_object({**LIVE, "status": refused["status"]}, bare)
     assert cleared is not None
-    assert cleared["status"] == {}
+    assert cleared["status"] == {"observedGeneration": 1}  # the refusal observed generation 1
     assert objects.status_object({**LIVE, "status": {}}, bare) is None
