@@ -31,33 +31,41 @@ def live_claims(view: View) -> list[dict]:
     return [obj for export in view.exports.values() for obj in view.app_claims(export)]
 
 
-def unnamed(
+def ahead_of_git(
     live_objects: Iterable[dict],
     in_git: tuple[Claim, ...],
+    repository: str,
     app_namespaces: tuple[str, ...],
 ) -> dict[Identity, str]:
-    """The App objects no repository's label claims and the Git view held does not name, by
-    identity, with their resourceVersion: what the tool may have applied from a commit newer
-    than that view (a claim just pushed, with no webhook to say so)."""
+    """The App objects that say the tool acted on a commit newer than the Git view held, by
+    identity, with their resourceVersion: one no repository's label claims that the view does
+    not name (a claim just pushed, with no webhook to say so), and one of ours being deleted
+    that the view still names (a claim just removed: the pass must not take it for one that
+    is back in Git and let a held deletion-protected object go)."""
     named = {claim.identity for claim in in_git}
     found: dict[Identity, str] = {}
     for live in live_objects:
         meta = live["metadata"]
-        if meta["namespace"] not in app_namespaces or meta.get("deletionTimestamp"):
+        if meta["namespace"] not in app_namespaces:
             continue
-        identity = Identity.of(live)
-        if objects.repository_of(live) is None and identity not in named:
+        identity, owner = Identity.of(live), objects.repository_of(live)
+        if meta.get("deletionTimestamp"):
+            stale = owner == repository and identity in named
+        else:
+            stale = owner is None and identity not in named
+        if stale:
             found[identity] = meta.get("resourceVersion", "")
     return found
 
 
-def fetch_for(unnamed_now: dict[Identity, str], fetched_for: dict[Identity, str]) -> bool:
-    """Whether Git must be fetched before adopting: an unnamed object, or a version of one, that
-    no fetch was made for yet. Remembering (identity, resourceVersion) bounds it: an object that
-    is truly someone else's costs one fetch per change of it, not one per informer event of
-    every object in the namespace; a new version is asked about again, because the tool's apply
-    of a claim Git now names changes it (its labels) without a new identity."""
-    return any(fetched_for.get(identity) != version for identity, version in unnamed_now.items())
+def fetch_for(ahead: dict[Identity, str], fetched_for: dict[Identity, str]) -> bool:
+    """Whether Git must be fetched before adopting: an object ahead of the Git view, or a
+    version of one, that no fetch was made for yet. Remembering (identity, resourceVersion)
+    bounds it: an object that is truly someone else's costs one fetch per change of it, not one
+    per informer event of every object in the namespace; a new version is asked about again,
+    because the tool's apply of a claim Git now names changes it (its labels) without a new
+    identity."""
+    return any(fetched_for.get(identity) != version for identity, version in ahead.items())
 
 
 def adopted(

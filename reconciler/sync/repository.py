@@ -26,7 +26,7 @@ from klutch_gitops.git.checkout import Checkout
 from klutch_gitops.manifests import Identity, Rejection
 from reconciler import metrics
 from reconciler.sync import konnector
-from reconciler.sync.adoption import adopt, fetch_for, live_claims, unnamed
+from reconciler.sync.adoption import adopt, ahead_of_git, fetch_for, live_claims
 from reconciler.sync.apply import Source, apply_claims
 from reconciler.sync.binding import Binding
 from reconciler.sync.desired import DesiredState, load_desired
@@ -176,15 +176,20 @@ class RepositorySync:
     def _catch_up(
         self, head: str, desired: DesiredState, raw_exports: list[dict], fetched: bool
     ) -> tuple[str, DesiredState]:
-        """Fetch once more when the tool applied an App object the Git view held does not name
-        (unless this pass just fetched): an App event queues a pass without a fetch, and without
-        a webhook a claim just pushed would otherwise wait for the next poll to be adopted."""
-        found = unnamed(live_claims(self.view), desired.claims, self.spec.app_namespaces)
+        """Fetch once more when an App object shows the tool acted on a commit newer than the
+        Git view held (unless this pass just fetched): an App event queues a pass without a
+        fetch, and without a webhook a claim just pushed would otherwise wait for the next poll
+        to be adopted, and one just pruned would be judged by the view that still names it."""
+        found = ahead_of_git(
+            live_claims(self.view), desired.claims, self.name, self.spec.app_namespaces
+        )
         again = not fetched and fetch_for(found, self._fetched_for)
         self._fetched_for = found  # before the fetch: a failed one sets needs_fetch itself
         if not again:
             return head, desired
-        log.info("an App object Git does not name yet: fetching", extra={"repository": self.name})
+        log.info(
+            "an App object is ahead of the Git view: fetching", extra={"repository": self.name}
+        )
         self.needs_fetch = True
         head = self._fetch() or head
         return head, self._load_desired(head, raw_exports)

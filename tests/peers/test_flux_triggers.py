@@ -1,6 +1,7 @@
-"""What makes the reconciler look at Git when the real Flux applies a claim (defect 2 of issue
-16): with the global poll interval at an hour and no webhook, a claim pushed to Git and applied
-by kustomize-controller v1.9.6 (tests/peers/flux.py) is adopted within seconds.
+"""What makes the reconciler look at Git when the real Flux acts on a commit it has not fetched
+(defect 2 of issue 16): with the global poll interval at an hour and no webhook, a claim pushed to
+Git and applied by kustomize-controller v1.9.6 (tests/peers/flux.py) is adopted within seconds,
+and a deletion-protected claim Flux prunes is held, not taken for one that is back in Git.
 
 The reconciler's remote is the same repository over HTTPS (tests/gitserver.py), as Flux reads
 it: a ``file://`` remote is watched through the file system, which would see the push at once.
@@ -12,6 +13,7 @@ the reconciler's informer sees that App object before any poll of its own tells 
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from klutch_gitops.apis import DELETION_PROTECTION
 from klutch_gitops.dev.testkit.claims import POSTGRES, claim, is_ready
 from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, report_ready
 from klutch_gitops.dev.testkit.wait import eventually
@@ -92,4 +95,61 @@ def test_a_claim_flux_applies_is_adopted_without_waiting_for_a_poll(
     )
     assert sync.head != before, "the claim was adopted without the commit that names it"
     flux.suspend(name)  # its deletion prunes nothing then
+    flux.delete(name)
+
+
+def holds(tenant: Tenant, head: str | None, commit: str) -> bool:
+    """Whether the reconciler's view ``head`` has ``commit`` (its own status commits on top)."""
+    if head is None:
+        return False
+    check = ["git", "merge-base", "--is-ancestor", commit, head]
+    return subprocess.run(check, cwd=tenant.remote, check=False).returncode == 0
+
+
+def protected_claim(name: str, namespace: str) -> str:
+    return f"""apiVersion: anynines.com/v1
+kind: PostgresqlInstance
+metadata:
+  name: {name}
+  namespace: {namespace}
+  annotations:
+    {DELETION_PROTECTION}: "true"
+spec:
+  service: a9s-postgresql13
+  plan: postgresql-single-nano
+"""
+
+
+def test_a_protected_claim_flux_prunes_is_held_though_the_git_view_still_names_it(
+    flux: FluxPeer, tenant: Tenant
+) -> None:
+    """kustomize-controller prunes (a DELETE) what left the source; the reconciler's Git view,
+    polled hourly, still names the claim. Judged by that view, the held object would be one
+    whose claim is back in Git and let go; the deletion is the sign to fetch first."""
+    name = tenant.spec.name
+    tenant.push({"claims/db.yaml": protected_claim("db", tenant.namespace)}, "a kept database")
+    flux.sync(name, flux.serve(tenant.remote), f"./{tenant.spec.path}")
+    eventually(lambda: adopted(tenant, "db"), f"db adopted\n{flux.tails()}", timeout=FLUX_WAIT)
+    eventually(lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db"), "the copy")
+
+    removed = tenant.push({"claims/db.yaml": None}, "drop the database")
+    eventually(
+        lambda: tenant.app.get(POSTGRES, tenant.namespace, "db")["metadata"].get(
+            "deletionTimestamp"
+        ),
+        f"Flux to prune db\n{flux.tails()}",
+        timeout=FLUX_WAIT,
+    )
+    pruned = time.monotonic()
+    sync = tenant.reconciler.syncs[name]
+    eventually(lambda: holds(tenant, sync.head, removed), "the reconciler to fetch the removal")
+    print(f"fetched the removal {time.monotonic() - pruned:.2f} s after Flux pruned")
+    time.sleep(5.0)  # passes run on every event meanwhile; a release would happen now
+    held = tenant.app.get(POSTGRES, tenant.namespace, "db")
+    assert held is not None, "the deletion-protected claim was let go"
+    assert objects.FINALIZER in held["metadata"]["finalizers"]
+    copy = tenant.control_plane.get(POSTGRES, tenant.mapped, "db")
+    assert copy is not None
+    assert not copy["metadata"].get("deletionTimestamp")
+    flux.suspend(name)
     flux.delete(name)

@@ -1,12 +1,13 @@
-"""When a pass fetches Git before adopting (reconciler/sync/adoption.py ``unnamed`` and
-``fetch_for``): an App object the tool applied from a commit newer than the Git view held, once
-per version of it, never for ours, another repository's, or one outside the App namespaces."""
+"""When a pass fetches Git before adopting (reconciler/sync/adoption.py ``ahead_of_git`` and
+``fetch_for``): an App object the tool applied from a commit newer than the Git view held, or one
+of ours it deleted that the view still names; once per version of it; never for another
+repository's or one outside the App namespaces."""
 
 from __future__ import annotations
 
 from klutch_gitops.manifests import Claim, Export, Identity, Location
 from reconciler.sync import objects
-from reconciler.sync.adoption import fetch_for, live_claims, unnamed
+from reconciler.sync.adoption import ahead_of_git, fetch_for, live_claims
 from tests.unit.fakeview import FakeView
 
 REPO = "team-repo"
@@ -32,31 +33,48 @@ def claim(name: str) -> Claim:
     return Claim(Identity.of(body(name)), f"{GROUP}/v1", body(name), Location("c.yaml", 0), None)
 
 
-def test_only_objects_nobody_claims_and_git_does_not_name_are_unnamed() -> None:
+def deleting(obj: dict) -> dict:
+    return {**obj, "metadata": {**obj["metadata"], "deletionTimestamp": "2026-11-25T02:40:00Z"}}
+
+
+def test_objects_nobody_claims_that_git_does_not_name_are_ahead_of_it() -> None:
     live = [
         body("pushed-just-now", version="7"),
         body("named-in-git"),
         body("adopted", **{objects.REPOSITORY_LABEL: REPO}),
         body("another-repositorys", **{objects.REPOSITORY_LABEL: "other-repo"}),
         body("elsewhere", namespace="not-registered"),
-        {**body("going"), "metadata": {**body("going")["metadata"], "deletionTimestamp": "t"}},
+        deleting(body("someone-elses-going")),
     ]
-    found = unnamed(live, (claim("named-in-git"),), (APP_NS,))
+    found = ahead_of_git(live, (claim("named-in-git"),), REPO, (APP_NS,))
     assert found == {Identity.of(body("pushed-just-now")): "7"}
 
 
+def test_ours_being_deleted_while_git_still_names_it_is_ahead_of_it() -> None:
+    """The tool pruned it from a commit the view has not seen: without a fetch, a held
+    deletion-protected object would be taken for one whose claim is back in Git."""
+    ours = {objects.REPOSITORY_LABEL: REPO}
+    live = [
+        deleting(body("pruned", version="9", **ours)),
+        deleting(body("out-of-git-already", **ours)),
+        deleting(body("another-repositorys", **{objects.REPOSITORY_LABEL: "other-repo"})),
+    ]
+    named = (claim("pruned"), claim("another-repositorys"))
+    assert ahead_of_git(live, named, REPO, (APP_NS,)) == {Identity.of(body("pruned")): "9"}
+
+
 def test_a_fetch_is_made_once_per_version_of_an_unnamed_object() -> None:
-    first = unnamed([body("stranger", version="1")], (), (APP_NS,))
+    first = ahead_of_git([body("stranger", version="1")], (), REPO, (APP_NS,))
     assert fetch_for(first, {})
     assert not fetch_for(first, first)  # the next informer event: no fetch again
-    changed = unnamed([body("stranger", version="2")], (), (APP_NS,))
+    changed = ahead_of_git([body("stranger", version="2")], (), REPO, (APP_NS,))
     assert fetch_for(changed, first)  # the tool re-applied it: it may be named now
-    assert not fetch_for({}, first)  # nothing unnamed is left
+    assert not fetch_for({}, first)  # nothing is ahead any more
 
 
 def test_a_new_unnamed_object_beside_a_known_one_fetches() -> None:
-    known = unnamed([body("stranger")], (), (APP_NS,))
-    both = unnamed([body("stranger"), body("new-claim")], (), (APP_NS,))
+    known = ahead_of_git([body("stranger")], (), REPO, (APP_NS,))
+    both = ahead_of_git([body("stranger"), body("new-claim")], (), REPO, (APP_NS,))
     assert fetch_for(both, known)
 
 
