@@ -95,8 +95,9 @@ def provider_configs(crd: dict[str, Any]) -> list[dict[str, Any]]:
     ref["description"] = ref["description"].replace("A Secret", "A Secret in this namespace")
     ref["required"] = ["name"]
     ref["properties"] = {"name": ref["properties"]["name"]}
-    local["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["description"] += (
-        " Backups of the resources that use it go to the provider's --backup-dir."
+    local["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["description"] = (
+        "The PostgreSQL server the local provider's managed resources in this namespace live "
+        "on; their backups go to the provider's --backup-dir, in a directory of the namespace."
     )
     return [cluster, local]
 
