@@ -80,6 +80,7 @@ class StackInfo:
     startup_seconds: float = 0.0
     bind_api_port: int = 0  # reserved: the Dex client klutch-bind-web redirects to it
     postgres: postgres.PostgresInfo | None = None  # the local backend's server
+    crossplane: str = ""  # the Crossplane line running (crossplane.VERSIONS), e.g. "2"
 
     @classmethod
     def load(cls, path: Path) -> StackInfo:
@@ -209,7 +210,8 @@ class LocalStack:
         ready = clusters.await_apiservers(launcher, apiservers, pki, paths.kubeconfig)
         # Crossplane's CRDs first (its controllers watch them from the start), then it starts up
         # while Dex and the controller managers do.
-        crossplane.prepare(bins, pki, paths.crossplane, ready["control-plane"].url)
+        function_port = crossplane.prepare(bins, pki, paths.crossplane, ready["control-plane"].url)
+        function = crossplane.spawn_function(launcher, paths.crossplane, function_port)
         crossplane_process, *crossplane_ports = crossplane.spawn(
             launcher, bins["crossplane"], paths.crossplane
         )
@@ -225,6 +227,7 @@ class LocalStack:
             "/healthz",
             lambda: status_ok(f"http://127.0.0.1:{crossplane_ports[1]}/healthz", None),
         )
+        launcher.await_ready(function, "gRPC port", lambda: port_open(function_port))
         launcher.await_ready(
             backend.provider,
             "/healthz",
@@ -239,6 +242,7 @@ class LocalStack:
             dex=identity.info,
             bind_api_port=identity.bind_api_port,
             postgres=backend.postgres,
+            crossplane=crossplane.selected_version(),
             ports=[
                 *etcd.ports,
                 identity.ldap_port,
@@ -246,6 +250,7 @@ class LocalStack:
                 *(port for _, port in apiservers.values()),
                 *kcm_ports.values(),
                 *crossplane_ports,
+                function_port,
                 backend.postgres.port,
                 backend.provider_health_port,
             ],
