@@ -1,7 +1,8 @@
 """The namespaced-XR flavour end to end on the stack's Crossplane 2: the XRDs and Compositions of
-catalog/namespaced, a PostgresqlInstance and a ServiceBinding in a namespace (the catalog's
-example), composed by function-klutch-local (klutch_gitops/dev/function/namespaced.py) into
-namespaced managed resources that the stack's local provider makes real on its PostgreSQL.
+catalog/namespaced, a PostgresqlInstance, a ServiceBinding, a Backup and a Restore in a namespace
+(the catalog's examples), composed by function-klutch-local
+(klutch_gitops/dev/function/namespaced.py) into namespaced managed resources that the stack's
+local provider makes real on its PostgreSQL.
 
 Crossplane 2 places a namespaced XR's composed resources in its namespace, controlled by it
 (crossplane/crossplane internal/controller/apiextensions/composite/composition_render.go,
@@ -22,6 +23,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from klutch_gitops.dev.local_provider.api import BACKUPS as BACKUPS_MR
 from klutch_gitops.dev.local_provider.api import DATABASES, USERS, conditions_of, namespaced
 from klutch_gitops.dev.localstack.postgres import PostgresInfo
 from klutch_gitops.dev.localstack.stack import StackInfo
@@ -38,6 +40,8 @@ COMPOSITIONS = Resource("apiextensions.crossplane.io", "v1", "compositions", nam
 GROUP = "data.local.klutch.anynines.com"
 INSTANCES = Resource(GROUP, "v1alpha1", "postgresqlinstances", "PostgresqlInstance")
 BINDINGS = Resource(GROUP, "v1alpha1", "servicebindings", "ServiceBinding")
+BACKUPS = Resource(GROUP, "v1alpha1", "backups", "Backup")
+RESTORES = Resource(GROUP, "v1alpha1", "restores", "Restore")
 DB, USER = namespaced(DATABASES), namespaced(USERS)
 A9S_KEYS = ["host", "hosts", "name", "password", "port", "uri", "username"]
 
@@ -138,8 +142,12 @@ def test_the_example_composes_namespaced_managed_resources(
 ) -> None:
     example = {doc["kind"]: doc for doc in documents("examples")}
     instance, binding = example["PostgresqlInstance"], example["ServiceBinding"]
-    for obj, resource in ((instance, INSTANCES), (binding, BINDINGS)):
+
+    def create(obj: dict[str, Any], resource: Resource) -> None:
         kube.create(resource, {**obj, "metadata": {**obj["metadata"], "namespace": team}})
+
+    create(instance, INSTANCES)
+    create(binding, BINDINGS)
 
     xr = ready(kube, INSTANCES, team, instance["metadata"]["name"])
     database = composed(kube, DB, team, xr["metadata"]["name"])
@@ -167,6 +175,25 @@ def test_the_example_composes_namespaced_managed_resources(
     with psycopg.connect(uri, autocommit=True) as connection:
         assert connection.execute("SELECT current_database()").fetchone() == (server_name,)
         connection.execute("CREATE TABLE orders (id int)")
+        connection.execute("INSERT INTO orders VALUES (1)")
+
+    create(example["Backup"], BACKUPS)
+    ready(kube, BACKUPS, team, example["Backup"]["metadata"]["name"])
+    dump = composed(kube, namespaced(BACKUPS_MR), team, example["Backup"]["metadata"]["name"])
+    assert Path(dump["status"]["atProvider"]["file"]).parent == Path(postgres.backup_dir) / team
+    with psycopg.connect(uri, autocommit=True) as connection:
+        connection.execute("INSERT INTO orders VALUES (2)")
+    create(example["Restore"], RESTORES)
+    ready(kube, RESTORES, team, example["Restore"]["metadata"]["name"])
+    with psycopg.connect(uri, autocommit=True) as connection:
+        assert connection.execute("SELECT id FROM orders").fetchall() == [(1,)]
+    for obj, resource in ((example["Restore"], RESTORES), (example["Backup"], BACKUPS)):
+        kube.delete(resource, team, obj["metadata"]["name"])
+    eventually(
+        lambda: not Path(dump["status"]["atProvider"]["file"]).exists(),
+        "the backup's dump removed",
+        timeout=60,
+    )
 
     role = f"{team}-{binding['metadata']['name']}"
     kube.delete(BINDINGS, team, binding["metadata"]["name"])

@@ -91,10 +91,22 @@ def test_a_binding_is_an_owner_user_writing_into_its_namespace() -> None:
     assert named["user"]["spec"]["writeConnectionSecretToRef"] == {"name": "pg"}
 
 
+def test_a_backup_dumps_the_instance_and_a_restore_reads_the_dump() -> None:
+    (dump,) = namespaced.backup(xr("Backup", "nightly", instanceRef="orders"), {}).values()
+    assert dump["kind"] == "LocalBackup"
+    assert dump["metadata"]["annotations"][api.EXTERNAL_NAME] == "nightly"  # <store>/team-a/
+    assert dump["spec"]["forProvider"] == {"database": "team-a-orders"}
+    restore = xr("Restore", "back", backupRef="nightly", instanceRef="orders")
+    (local,) = namespaced.restore(restore, {}).values()
+    assert local["kind"] == "LocalRestore"
+    assert local["spec"]["forProvider"] == {"backup": "nightly", "database": "team-a-orders"}
+
+
 @pytest.mark.parametrize(
     ("composer", "obj", "message"),
     [
         (namespaced.binding, xr("ServiceBinding", "app"), "spec.instanceRef is missing"),
+        (namespaced.restore, xr("Restore", "r", instanceRef="db"), "spec.backupRef is missing"),
         (namespaced.postgresql, xr("PostgresqlInstance", "db", None), "has no namespace"),
         (namespaced.postgresql, xr("PostgresqlInstance", "db", plan="huge1"), "spec.plan"),
     ],
@@ -106,7 +118,12 @@ def test_what_cannot_be_composed_is_named(composer: Any, obj: dict[str, Any], me
 
 def test_the_xrds_are_crossplane_2_namespaced_without_claims() -> None:
     xrds = documents("xrds")
-    assert {x["spec"]["names"]["kind"] for x in xrds} == {"PostgresqlInstance", "ServiceBinding"}
+    assert {x["spec"]["names"]["kind"] for x in xrds} == {
+        "PostgresqlInstance",
+        "ServiceBinding",
+        "Backup",
+        "Restore",
+    }
     for xrd in xrds:
         assert xrd["apiVersion"] == "apiextensions.crossplane.io/v2"
         assert xrd["spec"]["scope"] == "Namespaced"
@@ -138,6 +155,8 @@ def test_the_example_composes() -> None:
     by_kind = {
         "PostgresqlInstance": namespaced.COMPOSERS["namespaced-postgresql"],
         "ServiceBinding": namespaced.COMPOSERS["namespaced-servicebinding"],
+        "Backup": namespaced.COMPOSERS["namespaced-backup"],
+        "Restore": namespaced.COMPOSERS["namespaced-restore"],
     }
     for example in documents("examples"):
         assert example["kind"] in xrds

@@ -10,7 +10,8 @@ RenderComposedResourceMetadata), so these composers set neither. The names on th
 Connection Secrets are written by the LocalUser into the XR's namespace (a namespaced managed
 resource's ``writeConnectionSecretToRef`` has a name only); Crossplane 2's XRs have none.
 
-Pure functions; ``COMPOSERS`` is merged into function-klutch-local's registry
+Backups and restores compose a LocalBackup and a LocalRestore the same way. Pure functions;
+``COMPOSERS`` is merged into function-klutch-local's registry
 (``klutch_gitops.dev.function.composers``) under the names the Compositions' input ``compose``
 field uses.
 """
@@ -43,6 +44,15 @@ class NamespacedCompositionError(ValueError):
 def _what(xr: dict) -> str:
     meta = xr.get("metadata") or {}
     return f"{xr.get('kind', 'composite')} {meta.get('namespace', '?')}/{meta.get('name', '?')}"
+
+
+def _ref(xr: dict, field: str, kind: str) -> str:
+    value = (xr.get("spec") or {}).get(field)
+    if not value:
+        raise NamespacedCompositionError(
+            f"{_what(xr)}: spec.{field} is missing (the {kind} to use, in this namespace)"
+        )
+    return str(value)
 
 
 def server_name(xr: dict, name: str) -> str:
@@ -102,19 +112,14 @@ def binding(xr: dict, step_input: dict) -> dict[str, dict]:
     writing a9s's credential keys into the Secret ``spec.secretName`` (default
     ``<binding>-creds``) of the XR's namespace."""
     spec = xr.get("spec") or {}
-    instance = spec.get("instanceRef")
-    if not instance:
-        raise NamespacedCompositionError(
-            f"{_what(xr)}: spec.instanceRef is missing (the PostgresqlInstance to bind, in "
-            "this namespace)"
-        )
+    instance = _ref(xr, "instanceRef", "PostgresqlInstance")
     name = xr["metadata"]["name"]
     user = managed(
         "LocalUser",
         server_name(xr, name),
         {
             "forProvider": {
-                "database": server_name(xr, str(instance)),
+                "database": server_name(xr, instance),
                 "privileges": ["Owner"],
             },
             "writeConnectionSecretToRef": {"name": spec.get("secretName") or f"{name}-creds"},
@@ -123,7 +128,28 @@ def binding(xr: dict, step_input: dict) -> dict[str, dict]:
     return {"user": user}
 
 
+def backup(xr: dict, step_input: dict) -> dict[str, dict]:
+    """A Backup: a LocalBackup (``pg_dump``) of the instance's database, its dump named after
+    the XR (the provider keeps a namespace's dumps apart)."""
+    database = server_name(xr, _ref(xr, "instanceRef", "PostgresqlInstance"))
+    spec = {"forProvider": {"database": database}}
+    return {"backup": managed("LocalBackup", xr["metadata"]["name"], spec)}
+
+
+def restore(xr: dict, step_input: dict) -> dict[str, dict]:
+    """A Restore: a LocalRestore of a Backup's dump into an instance's database, both of this
+    namespace."""
+    for_provider = {
+        "backup": _ref(xr, "backupRef", "Backup"),
+        "database": server_name(xr, _ref(xr, "instanceRef", "PostgresqlInstance")),
+    }
+    name = server_name(xr, xr["metadata"]["name"])
+    return {"restore": managed("LocalRestore", name, {"forProvider": for_provider})}
+
+
 COMPOSERS: dict[str, Composer] = {
     "namespaced-postgresql": postgresql,
     "namespaced-servicebinding": binding,
+    "namespaced-backup": backup,
+    "namespaced-restore": restore,
 }
