@@ -38,8 +38,6 @@ DATABASE_PARAMETERS = (
     "idleInTransactionSessionTimeout",
     "workMem",
 )
-# What the ServiceBinding's user writes, with the a9s keys, into <claim name>-creds.
-BINDING_KEYS = ("host", "hosts", "name", "password", "port", "uri", "username")
 
 
 class CompositionError(ValueError):
