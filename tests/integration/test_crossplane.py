@@ -1,9 +1,9 @@
 """Crossplane core on the Control Plane: its CRDs are served and it really composes.
 
-There is no provider on the local stack, so the Composition composes a kind every cluster has: a
-ClusterRole (cluster-scoped, because Crossplane 1.x loses the namespace of composed namespaced
-resources when it associates them with the templates). That is enough to see the whole chain
-work: XRD → XR and claim CRDs → claim → XR → composed resource with a patch → Ready → deletion.
+The Composition composes a kind every cluster has, a ClusterRole, through the stack's own
+composition function (function-klutch-local's ``template`` composer: Crossplane 2 composes only
+through function pipelines). That is enough to see the whole chain work: XRD → XR and claim
+CRDs → claim → XR → function → composed resource with a field of the claim → Ready → deletion.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_crossplane_crds_are_established_on_the_control_plane_only(
 
 @pytest.fixture
 def widget_api(clusters: dict[str, client.ApiClient]) -> Iterator[str]:
-    """An XRD with claim names, and a Resources-mode Composition for it; yields the API group."""
+    """An XRD with claim names, and a pipeline Composition for it; yields the API group."""
     group = f"w{uuid.uuid4().hex[:8]}.test.klutch.example"
     custom = client.CustomObjectsApi(clusters["control-plane"])
     xrd = {
@@ -93,22 +93,26 @@ def widget_api(clusters: dict[str, client.ApiClient]) -> Iterator[str]:
         "metadata": {"name": f"widgets-{group}"},
         "spec": {
             "compositeTypeRef": {"apiVersion": f"{group}/{VERSION}", "kind": "XWidget"},
-            "mode": "Resources",
-            "resources": [
+            "mode": "Pipeline",
+            "pipeline": [
                 {
-                    "name": "role",
-                    "base": {
-                        "apiVersion": "rbac.authorization.k8s.io/v1",
-                        "kind": "ClusterRole",
-                        "metadata": {"annotations": {"size": "unset"}},
+                    "step": "compose",
+                    "functionRef": {"name": crossplane.FUNCTION_NAME},
+                    "input": {
+                        "apiVersion": "local.klutch.anynines.com/v1alpha1",
+                        "kind": "Compose",
+                        "compose": "template",
+                        "resource": {
+                            "name": "role",
+                            "base": {
+                                "apiVersion": "rbac.authorization.k8s.io/v1",
+                                "kind": "ClusterRole",
+                                "metadata": {"annotations": {"size": "unset"}},
+                            },
+                        },
+                        "fields": {"metadata.annotations.size": "spec.size"},
+                        "readinessCheck": "None",  # a ClusterRole has no conditions
                     },
-                    "patches": [
-                        {
-                            "fromFieldPath": "spec.size",
-                            "toFieldPath": "metadata.annotations[size]",
-                        }
-                    ],
-                    "readinessChecks": [{"type": "None"}],
                 }
             ],
         },

@@ -216,3 +216,19 @@ def test_a_composite_that_cannot_be_composed_is_a_fatal_result() -> None:
     assert [r.severity for r in rsp.results] == [fnv1.Severity.SEVERITY_FATAL]
     assert "spec.instanceRef" in rsp.results[0].message
     assert list(rsp.desired.resources) == []
+
+
+def test_readiness_check_none_is_ready_once_the_resource_exists() -> None:
+    step = {
+        "compose": "template",
+        "resource": {"name": "role", "base": {"kind": "ClusterRole"}},
+        "readinessCheck": "None",
+    }
+    composite = xr("XWidget")
+    assert run(request(composite, step, {})).desired.resources["role"].ready == (
+        fnv1.Ready.READY_FALSE
+    )
+    rsp = run(request(composite, step, {"role": ({"kind": "ClusterRole"}, {})}))
+    assert rsp.desired.resources["role"].ready == fnv1.Ready.READY_TRUE
+    rsp = run(request(composite, {**step, "readinessCheck": "Sometimes"}, {}))
+    assert "readinessCheck 'Sometimes'" in rsp.results[0].message

@@ -214,10 +214,21 @@ def compose(xr: dict, step_input: dict) -> dict[str, dict]:
     return composer(xr, step_input)
 
 
-def is_ready(observed: dict | None) -> bool:
-    """A composed resource is ready when its Ready condition is True (the compositions'
-    MatchCondition readiness check)."""
-    conditions = ((observed or {}).get("status") or {}).get("conditions") or []
+def is_ready(observed: dict | None, step_input: dict) -> bool:
+    """A composed resource is ready once it exists and its Ready condition is True (the
+    compositions' MatchCondition readiness check), or once it exists when the input says
+    ``readinessCheck: None`` (a kind without conditions, as readinessChecks type None did)."""
+    check = step_input.get("readinessCheck", "MatchCondition")
+    if check not in ("MatchCondition", "None"):
+        raise CompositionError(
+            f"input.readinessCheck {check!r} is not one function-klutch-local knows: "
+            "use MatchCondition (the default: Ready is True) or None"
+        )
+    if observed is None:
+        return False
+    if check == "None":
+        return True
+    conditions = (observed.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 

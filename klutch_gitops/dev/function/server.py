@@ -18,12 +18,7 @@ from crossplane.function import resource, response, runtime
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
-from klutch_gitops.dev.function.composers import (
-    CompositionError,
-    compose,
-    connection_details,
-    is_ready,
-)
+from klutch_gitops.dev.function.composers import compose, connection_details, is_ready
 
 NAME = "function-klutch-local"
 log = logging.getLogger(NAME)
@@ -38,21 +33,27 @@ def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     step_input = resource.struct_to_dict(req.input)
     try:
         desired = compose(xr, step_input)
-    except CompositionError as error:
+        ready = {name: is_ready(observed(req, name), step_input) for name in desired}
+    except ValueError as error:  # CompositionError, and the namespaced flavour's own
         response.fatal(rsp, str(error))
         return rsp
     for name, manifest in desired.items():
-        observed = req.observed.resources.get(name)
         target = rsp.desired.resources[name]
         resource.update(target, manifest)
-        ready = observed is not None and is_ready(resource.struct_to_dict(observed.resource))
-        target.ready = fnv1.Ready.READY_TRUE if ready else fnv1.Ready.READY_FALSE
+        target.ready = fnv1.Ready.READY_TRUE if ready[name] else fnv1.Ready.READY_FALSE
     observed_details = {
         name: dict(state.connection_details) for name, state in req.observed.resources.items()
     }
     for key, value in connection_details(step_input, observed_details).items():
         rsp.desired.composite.connection_details[key] = value
     return rsp
+
+
+def observed(req: fnv1.RunFunctionRequest, name: str) -> dict | None:
+    """The observed composed resource ``name``, or None before Crossplane created it."""
+    if name not in req.observed.resources:
+        return None
+    return resource.struct_to_dict(req.observed.resources[name].resource)
 
 
 class Runner(grpcv1.FunctionRunnerServiceServicer):
