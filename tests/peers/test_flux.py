@@ -105,6 +105,20 @@ def contains(tenant: Tenant, revision: str, commit: str) -> bool:
     return ancestor.returncode == 0
 
 
+def ready_at(flux: FluxPeer, tenant: Tenant, kustomization: str, commit: str) -> tuple:
+    """Flux's Ready condition once it says True at ``commit`` or a status commit on top of it."""
+
+    def check() -> tuple[str, str, str]:
+        live = flux.kustomization(kustomization)
+        revision = (live.get("status") or {}).get("lastAppliedRevision") or ""
+        state = flux.ready(kustomization)
+        assert state[0] == "True", state
+        assert contains(tenant, revision, commit), revision
+        return state
+
+    return eventually(check, f"Flux Ready at {commit[:12]} or later", FLUX_WAIT)
+
+
 def managers(obj: dict) -> dict[tuple[str, str, str], dict]:
     return {
         (e["manager"], e["operation"], e.get("subresource", "")): e.get("fieldsV1") or {}
@@ -149,10 +163,6 @@ def test_flux_applies_the_reconciler_mirrors_and_reports_ready_without_conflict(
     kustomization = follow(flux, tenant)
     applied(flux, tenant, "db")
     flux_applied = time.monotonic()
-    first_commit = eventually(lambda: committed_status(tenant, "db"), "a status commit", 30, 0.05)
-    print(f"status commit {time.monotonic() - flux_applied:.1f} s after Flux applied")
-    assert first_commit["metadata"]["name"] == "db"
-
     eventually(lambda: adopted(tenant, "db"), "our finalizer and label")
     copy = eventually(
         lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db"), "the Control Plane copy"
@@ -164,27 +174,33 @@ def test_flux_applies_the_reconciler_mirrors_and_reports_ready_without_conflict(
     print(f"Flux before the claim is Ready: {waiting}")
     assert waiting[0] != "True", waiting
 
-    report_ready(tenant, "db")
+    report_ready(tenant, "db")  # the provider, as soon as the copy is there
+    reported = time.monotonic()
     eventually(
-        lambda: is_ready(tenant.app.get(POSTGRES, tenant.namespace, "db").get("status")),
-        "Ready mirrored to the App claim",
+        lambda: is_ready((committed_status(tenant, "db") or {}).get("status")),
+        "the status commit with Ready",
+        interval=0.05,
     )
+    done = time.monotonic()
+    print(
+        f"status commit {done - flux_applied:.1f} s after Flux applied "
+        f"(the provider reported Ready {reported - flux_applied:.1f} s after it)"
+    )
+    assert is_ready(tenant.app.get(POSTGRES, tenant.namespace, "db").get("status"))
     eventually(
         lambda: flux.ready(kustomization)[0] == "True",
         f"Flux's health check to see the claim Ready\n{flux.tails()}",
         timeout=FLUX_WAIT,
     )
-    eventually(
-        lambda: is_ready((committed_status(tenant, "db") or {}).get("status")),
-        "the status commit with Ready",
-    )
     print(f"Flux Ready: {flux.ready(kustomization)}")
 
-    before = churn(tenant, "db")
+    before, head = churn(tenant, "db"), tenant.log()[0]
     revision = flux.kustomization(kustomization)["status"]["lastAppliedRevision"]
     time.sleep(CHURN_WINDOW)  # Flux reconciles every 2 s meanwhile
     print(f"no churn window: {CHURN_WINDOW:.0f} s, Flux at {revision}")
     assert churn(tenant, "db") == before, "a write in a quiet window: someone is flapping"
+    assert tenant.log()[0] == head, "a commit in a quiet window"
+    assert flux.kustomization(kustomization)["status"]["lastAppliedRevision"] == revision
     assert flux.ready(kustomization)[0] == "True"
 
     live = tenant.app.get(POSTGRES, tenant.namespace, "db")
@@ -231,16 +247,7 @@ def test_a_pruned_claim_is_held_until_its_copy_is_gone_while_flux_says_ready(
     held = tenant.app.get(POSTGRES, tenant.namespace, "db")
     assert held["metadata"]["finalizers"] == [objects.FINALIZER]
 
-    def ready_at_pruned_revision() -> tuple[str, str, str] | None:
-        """Ready at the pruning commit or a status commit on top of it."""
-        live = flux.kustomization(kustomization)
-        revision = (live.get("status") or {}).get("lastAppliedRevision") or ""
-        state = flux.ready(kustomization)
-        assert state[0] == "True", state
-        assert contains(tenant, revision, pruned), revision
-        return state
-
-    state = eventually(ready_at_pruned_revision, "Flux's verdict on the pruned revision", 30)
+    state = ready_at(flux, tenant, kustomization, pruned)
     print(f"Flux while the claim is held: {state}")
     assert tenant.app.get(POSTGRES, tenant.namespace, "db")["metadata"]["deletionTimestamp"]
     inventory = [
@@ -268,7 +275,7 @@ def test_a_protected_claim_pruned_by_flux_is_held_and_reported(
     kustomization = follow(flux, tenant, wait=False)
     eventually(lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db"), "the CP copy", 60)
 
-    tenant.push({"claims/db.yaml": None}, "drop the protected database")
+    pruned = tenant.push({"claims/db.yaml": None}, "drop the protected database")
     eventually(
         lambda: tenant.app.get(POSTGRES, tenant.namespace, "db")["metadata"].get(
             "deletionTimestamp"
@@ -292,6 +299,10 @@ def test_a_protected_claim_pruned_by_flux_is_held_and_reported(
     held = tenant.app.get(POSTGRES, tenant.namespace, "db")
     assert held["metadata"]["deletionTimestamp"]
     assert objects.FINALIZER in held["metadata"]["finalizers"]
-    print(f"Flux while the protected claim is held: {flux.ready(kustomization)}")
+    report = tenant.reconciler.syncs[tenant.spec.name].schedule.report
+    assert report is not None
+    assert any("deletion-protected" in r.message for r in report.summary.rejections)
+    state = ready_at(flux, tenant, kustomization, pruned)
+    print(f"Flux while the protected claim is held: {state}")
     flux.suspend(kustomization)
     flux.delete(kustomization)
