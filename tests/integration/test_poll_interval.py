@@ -8,6 +8,7 @@ watched through the file system too, which would see the push whatever the inter
 from __future__ import annotations
 
 import hashlib
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -18,6 +19,8 @@ import pytest
 from klutch_gitops.dev.testkit.claims import POSTGRES, claim
 from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
 from klutch_gitops.dev.testkit.wait import eventually
+from klutch_gitops.git.remote import ls_remote
+from reconciler.triggers.sources import JITTER, Poller
 from tests.gitserver import GitServer
 
 GLOBAL = 3600.0  # the config file's pollInterval: nothing is polled again during the test
@@ -77,3 +80,48 @@ def test_each_registration_is_polled_at_its_own_interval(tenants: list[Tenant]) 
     assert hourly.app.get(POSTGRES, hourly.namespace, "db") is None, (
         "the registration on the hourly global interval applied a push nobody announced"
     )
+
+
+def bare_repository(directory: Path) -> str:
+    """A bare repository with one commit on main, made with the real ``git``; its file:// URL."""
+    bare, clone = directory / "remote.git", directory / "clone"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    subprocess.run(["git", "clone", "-q", str(bare), str(clone)], check=True, capture_output=True)
+    identity = ["-c", "user.name=Test", "-c", "user.email=test@example.com"]
+    subprocess.run(
+        ["git", *identity, "commit", "-q", "--allow-empty", "-m", "x"], cwd=clone, check=True
+    )
+    subprocess.run(["git", "push", "-q", "origin", "HEAD:refs/heads/main"], cwd=clone, check=True)
+    return bare.as_uri()
+
+
+def test_each_remote_is_asked_at_its_own_interval_in_time(tmp_path: Path) -> None:
+    """The poller thread alone, with real ``git ls-remote``: a remote with its own 0.1 s, one
+    on the poller's 0.05 s every tenth interval (a watched file:// remote's safety net), one on
+    an hour. The counts follow elapsed time, however long each ask took (a loaded machine)."""
+    urls = {}
+    for name in ("own", "tenth", "hourly"):
+        (tmp_path / name).mkdir()
+        urls[name] = bare_repository(tmp_path / name)
+    asked: list[str] = []
+
+    def counting(key: str, url: str, branch: str) -> str | None:
+        asked.append(key)
+        return ls_remote(url, branch, timeout=10)
+
+    poller: Poller[str] = Poller(0.05, counting, lambda _key: None)
+    poller.watch("own", urls["own"], "main", 0.1)
+    poller.watch("tenth", urls["tenth"], "main", every=10)
+    poller.watch("hourly", urls["hourly"], "main", 3600.0)
+    started = time.monotonic()
+    poller.start()
+    try:
+        eventually(lambda: asked.count("own") >= 20, "20 asks of the 0.1 s remote", timeout=60)
+    finally:
+        poller.stop()
+    elapsed = time.monotonic() - started
+    counts = {name: asked.count(name) for name in urls}
+    print(f"asks in {elapsed:.2f} s: {counts}")
+    assert counts["hourly"] == 1  # the first ask, at once
+    assert 2 <= counts["tenth"] <= elapsed / (0.5 * (1 - JITTER)) + 1
+    assert counts["own"] <= elapsed / (0.1 * (1 - JITTER)) + 1
