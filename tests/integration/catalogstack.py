@@ -1,22 +1,35 @@
-"""The catalog on the stack's Control Plane, for the tests that need Crossplane to offer it.
+"""The catalog on the stack's Control Plane, for the tests that need Crossplane to offer it, and
+the other Crossplane line's stack.
 
 Crossplane takes over a claim CRD of the same name that it did not create (the stand-ins of
 ``catalog/dev/claim-crds.yaml`` that other tests install) and deletes it with its XRD; the
 stand-ins found at the start are installed again at the end.
+
+The session stack runs the default line (Crossplane 2); the catalog and provisioning tests also
+run a subset on 1.20, the line Klutch supports today, on a second stack that the first test
+asking for it starts (KLUTCH_CROSSPLANE_VERSION=1.20) and the session's end stops: ``lines``
+a module's fixture parametrized by ``LINES`` (ids ``LINE_IDS``) gets that line's stack from
+``stack_for_line`` and its clusters from ``clusters_for_line``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from klutch_gitops.catalog import load_compositions, load_xrds
+from klutch_gitops.dev.localstack import crossplane
+from klutch_gitops.dev.localstack.stack import LocalStack, StackInfo
 from klutch_gitops.dev.testkit.wait import eventually
+from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import CRDS, Kube, Resource
 from klutch_gitops.kube.crds import install_crds, load_dev_claim_crds
+from tests.stack import admin_clients
 
 XRDS = Resource(
     "apiextensions.crossplane.io", "v1", "compositeresourcedefinitions", namespaced=False
@@ -25,6 +38,10 @@ COMPOSITIONS = Resource("apiextensions.crossplane.io", "v1", "compositions", nam
 GROUP = "anynines.com"
 LOCAL_KINDS = ("postgresqlinstances", "servicebindings", "backups", "restores")
 TRANSITION = "Transition from bigger to smaller plan size is not supported."
+OTHER_LINE = "1.20"
+LINES = (crossplane.DEFAULT_VERSION, OTHER_LINE)
+LINE_IDS = [f"crossplane-{line}" for line in LINES]
+_OTHER_STACK = pytest.StashKey[LocalStack]()
 
 
 def conditions(obj: dict[str, Any] | None) -> dict[str, str]:
@@ -95,3 +112,42 @@ metadata:
   compositionRef:
     name: local-postgresql
 """
+
+
+def other_line_stack(request: pytest.FixtureRequest) -> StackInfo:
+    """The Crossplane 1.20 stack, started once per run and stopped at its end; its start time
+    is printed (``-s`` shows it)."""
+    config = request.config
+    if _OTHER_STACK not in config.stash:
+        directory = request.getfixturevalue("tmp_path_factory").mktemp("stack-crossplane-1.20-")
+        stack = LocalStack(directory)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(crossplane.VERSION_VARIABLE, OTHER_LINE)
+            started = time.monotonic()
+            try:
+                stack.start()
+            except KlutchError as error:
+                pytest.fail(f"the Crossplane {OTHER_LINE} stack did not start: {error}")
+        config.add_cleanup(stack.stop)
+        config.stash[_OTHER_STACK] = stack
+        print(f"\nCrossplane {OTHER_LINE} stack started in {time.monotonic() - started:.1f}s")
+    info = config.stash[_OTHER_STACK].info
+    assert info is not None
+    return info
+
+
+def stack_for_line(request: pytest.FixtureRequest) -> StackInfo:
+    """For a fixture parametrized by ``LINES``: the session stack for the default line, the
+    1.20 stack for the other."""
+    if request.param == crossplane.DEFAULT_VERSION:
+        return request.getfixturevalue("stack")
+    return other_line_stack(request)
+
+
+def clusters_for_line(
+    stack: StackInfo, request: pytest.FixtureRequest
+) -> dict[str, client.ApiClient]:
+    """Admin clients of ``stack``'s clusters (the session's own for the session stack)."""
+    if stack.crossplane == crossplane.DEFAULT_VERSION:
+        return request.getfixturevalue("clusters")
+    return admin_clients(stack)

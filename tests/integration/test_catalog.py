@@ -6,6 +6,8 @@ rules comparing with ``oldSelf`` run. No Composition is installed (the catalog's
 servers), so Crossplane makes an XR for each real claim and composes nothing.
 
 ``catalogstack.catalog_offered`` installs the catalog and puts the stand-in claim CRDs back.
+The session stack runs Crossplane 2; one test offers the same catalog on the 1.20 stack
+(catalogstack ``other_line_stack``), the line Klutch supports today.
 """
 
 from __future__ import annotations
@@ -17,11 +19,23 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from klutch_gitops.catalog import load_compositions, load_examples, load_templates, load_xrds
+from klutch_gitops.catalog import (
+    PRODUCTION_BACKENDS,
+    load_compositions,
+    load_examples,
+    load_templates,
+    load_xrds,
+)
 from klutch_gitops.kube.client import CRDS, NAMESPACES, Kube, KubeError, Resource
 from klutch_gitops.kube.crds import install_crds, load_crds
 
-from .catalogstack import catalog_offered, conditions
+from .catalogstack import (
+    OTHER_LINE,
+    catalog_offered,
+    clusters_for_line,
+    conditions,
+    other_line_stack,
+)
 from .test_clusters import eventually
 
 pytestmark = pytest.mark.crossplane
@@ -79,7 +93,8 @@ def claim_namespace(control_plane: Kube) -> Iterator[str]:
     control_plane.delete(NAMESPACES, None, name)
 
 
-def test_every_xrd_is_offered_as_a_claim_crd_with_its_rules(control_plane: Kube) -> None:
+def assert_offered(control_plane: Kube) -> None:
+    """Every XRD's claim CRD, with the XRD's rules and Crossplane's fields, and its XR CRD."""
     for xrd in load_xrds():
         names = xrd["spec"]["claimNames"]
         crd = control_plane.get(CRDS, None, f"{names['plural']}.{GROUP}")
@@ -92,6 +107,24 @@ def test_every_xrd_is_offered_as_a_claim_crd_with_its_rules(control_plane: Kube)
         assert served.get("x-kubernetes-validations") == declared.get("x-kubernetes-validations")
         assert set(declared["properties"]) < set(served["properties"])  # plus Crossplane's fields
         assert control_plane.get(CRDS, None, xrd["metadata"]["name"]) is not None  # the XR CRD
+
+
+def test_every_xrd_is_offered_as_a_claim_crd_with_its_rules(control_plane: Kube) -> None:
+    assert_offered(control_plane)
+
+
+def test_the_catalog_is_offered_on_crossplane_1_20(request: pytest.FixtureRequest) -> None:
+    """The same XRDs offered, and every Composition (the local pipelines too) accepted, by
+    Crossplane 1.20."""
+    stack = other_line_stack(request)
+    assert stack.crossplane == OTHER_LINE
+    clusters = clusters_for_line(stack, request)
+    with catalog_offered(clusters, backends=(*PRODUCTION_BACKENDS, "local")) as control_plane:
+        assert_offered(control_plane)
+        for composition in load_compositions((*PRODUCTION_BACKENDS, "local")):
+            live = control_plane.get(COMPOSITIONS, None, composition["metadata"]["name"])
+            assert live is not None
+            assert live["spec"]["mode"] == composition["spec"]["mode"]
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,8 @@
 The Composition composes a kind every cluster has, a ClusterRole, through the stack's own
 composition function (function-klutch-local's ``template`` composer: Crossplane 2 composes only
 through function pipelines). That is enough to see the whole chain work: XRD → XR and claim
-CRDs → claim → XR → function → composed resource with a field of the claim → Ready → deletion.
+CRDs → claim → XR → function → composed resource with a field of the claim → Ready → deletion,
+on both Crossplane lines the stack runs (2.x, the session stack's, and 1.20: catalogstack).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from klutch_gitops.dev.localstack import crossplane
-from tests.conftest import TwinNamespace
+from klutch_gitops.dev.localstack.stack import StackInfo
 
+from .catalogstack import LINE_IDS, LINES, clusters_for_line, stack_for_line
 from .test_clusters import eventually, status_of
 
 pytestmark = pytest.mark.crossplane
@@ -41,10 +43,32 @@ def crd_established(api: client.ApiextensionsV1Api, name: str) -> bool:
     return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
 
 
+@pytest.fixture(scope="module", params=LINES, ids=LINE_IDS)
+def line_stack(request: pytest.FixtureRequest) -> StackInfo:
+    return stack_for_line(request)
+
+
+@pytest.fixture(scope="module")
+def line_clusters(
+    line_stack: StackInfo, request: pytest.FixtureRequest
+) -> dict[str, client.ApiClient]:
+    return clusters_for_line(line_stack, request)
+
+
+@pytest.fixture
+def claim_namespace(line_clusters: dict[str, client.ApiClient]) -> Iterator[str]:
+    name = f"widgets-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(line_clusters["control-plane"])
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
+
+
 def test_crossplane_crds_are_established_on_the_control_plane_only(
-    clusters: dict[str, client.ApiClient],
+    line_stack: StackInfo, line_clusters: dict[str, client.ApiClient]
 ) -> None:
-    crd_dir = crossplane.programs()["crossplane-crds"]
+    clusters = line_clusters
+    crd_dir = crossplane.programs(line_stack.crossplane)["crossplane-crds"]
     names = [crd["metadata"]["name"] for crd in crossplane.load_crds(crd_dir)]
     assert "compositeresourcedefinitions.apiextensions.crossplane.io" in names
     control_plane = client.ApiextensionsV1Api(clusters["control-plane"])
@@ -54,10 +78,10 @@ def test_crossplane_crds_are_established_on_the_control_plane_only(
 
 
 @pytest.fixture
-def widget_api(clusters: dict[str, client.ApiClient]) -> Iterator[str]:
+def widget_api(line_clusters: dict[str, client.ApiClient]) -> Iterator[str]:
     """An XRD with claim names, and a pipeline Composition for it; yields the API group."""
     group = f"w{uuid.uuid4().hex[:8]}.test.klutch.example"
-    custom = client.CustomObjectsApi(clusters["control-plane"])
+    custom = client.CustomObjectsApi(line_clusters["control-plane"])
     xrd = {
         "apiVersion": f"{XP_GROUP}/{XP_VERSION}",
         "kind": "CompositeResourceDefinition",
@@ -126,7 +150,7 @@ def widget_api(clusters: dict[str, client.ApiClient]) -> Iterator[str]:
     custom.delete_cluster_custom_object(
         XP_GROUP, XP_VERSION, "compositeresourcedefinitions", xrd["metadata"]["name"]
     )
-    extensions = client.ApiextensionsV1Api(clusters["control-plane"])
+    extensions = client.ApiextensionsV1Api(line_clusters["control-plane"])
     eventually(  # Crossplane deletes what it defined before it lets the XRD go
         lambda: (
             status_of(lambda: extensions.read_custom_resource_definition(f"widgets.{group}")) == 404
@@ -136,9 +160,9 @@ def widget_api(clusters: dict[str, client.ApiClient]) -> Iterator[str]:
 
 
 def test_xrd_is_offered_and_a_claim_is_composed(
-    clusters: dict[str, client.ApiClient], namespace: TwinNamespace, widget_api: str
+    line_clusters: dict[str, client.ApiClient], claim_namespace: str, widget_api: str
 ) -> None:
-    group, api = widget_api, clusters["control-plane"]
+    group, api = widget_api, line_clusters["control-plane"]
     custom = client.CustomObjectsApi(api)
     extensions = client.ApiextensionsV1Api(api)
 
@@ -165,17 +189,17 @@ def test_xrd_is_offered_and_a_claim_is_composed(
 
     rejected = status_of(
         lambda: custom.create_namespaced_custom_object(
-            group, VERSION, namespace.name, "widgets", claim(3)
+            group, VERSION, claim_namespace, "widgets", claim(3)
         )
     )
     assert rejected == 422  # the claim CRD carries the XRD's schema
     custom.create_namespaced_custom_object(
-        group, VERSION, namespace.name, "widgets", claim("large")
+        group, VERSION, claim_namespace, "widgets", claim("large")
     )
 
     def widget() -> dict[str, Any]:
         return custom.get_namespaced_custom_object(
-            group, VERSION, namespace.name, "widgets", "my-widget"
+            group, VERSION, claim_namespace, "widgets", "my-widget"
         )
 
     eventually(
@@ -184,7 +208,7 @@ def test_xrd_is_offered_and_a_claim_is_composed(
     )
     xr_name = widget()["spec"]["resourceRef"]["name"]
     rbac = client.RbacAuthorizationV1Api(api)
-    selector = f"crossplane.io/claim-namespace={namespace.name},crossplane.io/claim-name=my-widget"
+    selector = f"crossplane.io/claim-namespace={claim_namespace},crossplane.io/claim-name=my-widget"
     roles = rbac.list_cluster_role(label_selector=selector).items
     assert [r.metadata.annotations["size"] for r in roles] == ["large"]
     owner = roles[0].metadata.owner_references[0]
@@ -192,7 +216,7 @@ def test_xrd_is_offered_and_a_claim_is_composed(
 
     # The claim takes its XR along. The ClusterRole then goes with the garbage collector, which
     # learns new kinds by discovery every 30 s: that is Kubernetes' part, not awaited here.
-    custom.delete_namespaced_custom_object(group, VERSION, namespace.name, "widgets", "my-widget")
+    custom.delete_namespaced_custom_object(group, VERSION, claim_namespace, "widgets", "my-widget")
     eventually(
         lambda: (
             status_of(lambda: custom.get_cluster_custom_object(group, VERSION, "xwidgets", xr_name))

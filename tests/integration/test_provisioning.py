@@ -2,6 +2,9 @@
 → real Crossplane (the catalog's XRDs, the local-* Compositions) → the local provider → the
 stack's PostgreSQL server, and back: Ready in the App claim and in a status commit, credentials in
 the App Cluster that connect; Backup and Restore bring rows back; deleting drops the database.
+
+It runs on both Crossplane lines (catalogstack ``line_stack``): 2.x, the session stack's, and 1.20,
+the line Klutch supports today, with the same Compositions and function.
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import SECRETS, Kube, Resource
 
-from .catalogstack import conditions, local_claim_crds
+from .catalogstack import (
+    LINE_IDS,
+    LINES,
+    clusters_for_line,
+    conditions,
+    local_claim_crds,
+    stack_for_line,
+)
 
 pytestmark = pytest.mark.crossplane
 
@@ -38,17 +48,32 @@ def claims(kind: str) -> Resource:
     return Resource(GROUP, "v1", KINDS[kind], kind)
 
 
+@pytest.fixture(scope="module", params=LINES, ids=LINE_IDS)
+def line_stack(request: pytest.FixtureRequest) -> StackInfo:
+    return stack_for_line(request)
+
+
 @pytest.fixture(scope="module")
-def catalog(clusters: dict[str, client.ApiClient]) -> Iterator[list[dict]]:
-    with local_claim_crds(clusters) as crds:
+def line_clusters(
+    line_stack: StackInfo, request: pytest.FixtureRequest
+) -> dict[str, client.ApiClient]:
+    return clusters_for_line(line_stack, request)
+
+
+@pytest.fixture(scope="module")
+def catalog(line_clusters: dict[str, client.ApiClient]) -> Iterator[list[dict]]:
+    with local_claim_crds(line_clusters) as crds:
         yield crds
 
 
 @pytest.fixture
 def tenant(
-    stack: StackInfo, clusters: dict[str, client.ApiClient], catalog: list[dict], tmp_path: Path
+    line_stack: StackInfo,
+    line_clusters: dict[str, client.ApiClient],
+    catalog: list[dict],
+    tmp_path: Path,
 ) -> Iterator[Tenant]:
-    tenant = make_tenant(stack, clusters, tmp_path, claim_crds=catalog)
+    tenant = make_tenant(line_stack, line_clusters, tmp_path, claim_crds=catalog)
     yield tenant
     tenant.reconciler.stop()
 
@@ -90,9 +115,9 @@ def rows(uri: str) -> list[tuple]:
 
 
 def test_a_pushed_claim_becomes_a_database_with_backup_restore_and_deletion(
-    tenant: Tenant, stack: StackInfo
+    tenant: Tenant, line_stack: StackInfo
 ) -> None:
-    ns = tenant.namespace
+    stack, ns = line_stack, tenant.namespace
     instance = manifest(
         "PostgresqlInstance",
         "orders",

@@ -64,9 +64,10 @@ def selected_version() -> str:
     return version
 
 
-def programs() -> dict[str, Path]:
-    """The selected line's binary and CRDs, as ``crossplane`` and ``crossplane-crds``."""
-    binary, crds = VERSIONS[selected_version()]
+def programs(version: str | None = None) -> dict[str, Path]:
+    """The binary and CRDs of ``version`` (by default the selected line), as ``crossplane`` and
+    ``crossplane-crds``."""
+    binary, crds = VERSIONS[version or selected_version()]
     found = binaries.require(binary, crds)
     return {"crossplane": found[binary], "crossplane-crds": found[crds]}
 
