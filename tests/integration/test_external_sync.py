@@ -404,6 +404,9 @@ def test_a_pruned_claim_is_held_until_its_control_plane_copy_is_gone(tenant: Ten
 
 
 def test_a_protected_claim_keeps_its_service_when_the_tool_deletes_it(tenant: Tenant) -> None:
+    """Deleted while Git names it: released without touching the copy, re-created by the tool
+    and adopted again. Deleted after it left Git: held and reported (Ready False) until it is
+    back in Git or the annotation goes, which deletes the service (issue 16, defect 4)."""
     protected = claim("db", tenant.namespace).replace(
         "  namespace:",
         f'  annotations:\n    {objects.DELETION_PROTECTION}: "true"\n  namespace:',
@@ -411,20 +414,35 @@ def test_a_protected_claim_keeps_its_service_when_the_tool_deletes_it(tenant: Te
     )
     tenant.push({"claims/db.yaml": protected})
     caught_up(tenant)
-    argocd(tenant, "db").sync(tenant, "claims/db.yaml")
+    tool = argocd(tenant, "db")
+    tool.sync(tenant, "claims/db.yaml")
     eventually(lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db"), "the CP copy")
     # the copy says it is protected, where the bind API refuses an unforced unbind that would
     # delete it (bind_api/unbinding.py)
     copy = tenant.control_plane.get(POSTGRES, tenant.mapped, "db")
     assert copy["metadata"]["annotations"][objects.DELETION_PROTECTION] == "true"
+    first = eventually(lambda: adopted_uid(tenant), "adopted")
 
-    tenant.app.delete(POSTGRES, tenant.namespace, "db")
+    tenant.app.delete(POSTGRES, tenant.namespace, "db")  # Git still names it
+    eventually(lambda: tenant.app.get(POSTGRES, tenant.namespace, "db") is None, "released")
+    tool.sync(tenant, "claims/db.yaml")  # the tool puts it back, as it would
+    eventually(lambda: adopted_uid(tenant) not in (None, first), "adopted again")
+    kept = tenant.control_plane.get(POSTGRES, tenant.mapped, "db")
+    assert kept["metadata"]["uid"] == copy["metadata"]["uid"]
+    assert kept["metadata"].get("deletionTimestamp") is None
+
+    tenant.push({"claims/db.yaml": None}, "drop the protected database")
+    caught_up(tenant)
+    tenant.app.delete(POSTGRES, tenant.namespace, "db")  # the tool prunes it
     eventually(
         lambda: any("deletion-protected" in p for p in problems(tenant)), "the refusal reported"
     )
     settle(tenant, ["db"])
     assert tenant.control_plane.get(POSTGRES, tenant.mapped, "db") is not None
-    assert tenant.app.get(POSTGRES, tenant.namespace, "db")["metadata"]["deletionTimestamp"]
+    held = tenant.app.get(POSTGRES, tenant.namespace, "db")
+    assert held["metadata"]["deletionTimestamp"]
+    ready = next(c for c in held["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "DeletionHeld")
     events, _ = tenant.app.list(EVENTS, tenant.namespace)
     assert [e["reason"] for e in events].count("DeletionRefused") == 1
 
@@ -440,3 +458,11 @@ def test_a_protected_claim_keeps_its_service_when_the_tool_deletes_it(tenant: Te
     eventually(
         lambda: tenant.app.get(POSTGRES, tenant.namespace, "db") is None, "the App copy to go"
     )
+
+
+def adopted_uid(tenant: Tenant) -> str | None:
+    """The App object's uid once it carries our finalizer."""
+    live = tenant.app.get(POSTGRES, tenant.namespace, "db") or {"metadata": {}}
+    if objects.FINALIZER not in (live["metadata"].get("finalizers") or []):
+        return None
+    return live["metadata"]["uid"]
