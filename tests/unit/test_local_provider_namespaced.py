@@ -51,17 +51,17 @@ def test_namespaced_crds_follow_crossplane_2() -> None:
         assert crd["spec"]["scope"] == ("Cluster" if cluster else "Namespaced"), kind
         if kind.endswith("ProviderConfig"):
             continue
-        spec = crds._spec_schema(crd)["properties"]
+        spec = crds.spec_schema(crd)["properties"]
         assert "deletionPolicy" not in spec, kind
         assert spec["managementPolicies"]["default"] == ["*"]
         assert spec["providerConfigRef"]["default"] == {
             "kind": "ClusterProviderConfig",
             "name": "default",
         }
-    user = crds._spec_schema(found["LocalUser"])
+    user = crds.spec_schema(found["LocalUser"])
     assert user["properties"]["writeConnectionSecretToRef"]["required"] == ["name"]
     assert list(user["properties"]["writeConnectionSecretToRef"]["properties"]) == ["name"]
-    local = crds._spec_schema(found["ProviderConfig"])["properties"]
+    local = crds.spec_schema(found["ProviderConfig"])["properties"]
     assert "backupStore" not in local
     assert list(local["credentials"]["properties"]["connectionSecretRef"]["properties"]) == ["name"]
 

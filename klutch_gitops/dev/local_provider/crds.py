@@ -29,7 +29,7 @@ from klutch_gitops.dev.local_provider.api import (
 MANAGEMENT_ACTIONS = ["Observe", "Create", "Update", "Delete", "LateInitialize", "*"]
 
 
-def _spec_schema(crd: dict[str, Any]) -> dict[str, Any]:
+def spec_schema(crd: dict[str, Any]) -> dict[str, Any]:
     (version,) = crd["spec"]["versions"]
     return version["schema"]["openAPIV3Schema"]["properties"]["spec"]
 
@@ -47,7 +47,7 @@ def namespaced_managed(crd: dict[str, Any]) -> dict[str, Any]:
     """A cluster-scoped managed-resource CRD as Crossplane 2's namespaced kind."""
     names = crd["spec"]["names"]
     out = _renamed(crd, names["kind"], names["plural"], "Namespaced")
-    spec = _spec_schema(out)
+    spec = spec_schema(out)
     props = spec["properties"]
     del props["deletionPolicy"]
     props["managementPolicies"] = {
@@ -89,7 +89,7 @@ def provider_configs(crd: dict[str, Any]) -> list[dict[str, Any]]:
     whose Secret is in its own namespace and which has no backup store of its own."""
     cluster = _renamed(crd, CLUSTER_PROVIDER_CONFIG, "clusterproviderconfigs", "Cluster")
     local = _renamed(crd, "ProviderConfig", "providerconfigs", "Namespaced")
-    props = _spec_schema(local)["properties"]
+    props = spec_schema(local)["properties"]
     del props["backupStore"]
     ref = props["credentials"]["properties"]["connectionSecretRef"]
     ref["description"] = ref["description"].replace("A Secret", "A Secret in this namespace")
