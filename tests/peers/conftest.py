@@ -1,6 +1,6 @@
 """The session's real Flux: started once, by the first test that asks for ``flux``, against the
-session stack's App Cluster, and stopped at the end of the run; its logs are printed when it
-fails to start and named in every test's failure through ``FluxPeer.tails``."""
+session stack's App Cluster, and stopped at the end of the run. When a test that uses it fails,
+the controllers' last log lines are added to its report."""
 
 from __future__ import annotations
 
@@ -30,3 +30,12 @@ def flux(
     )
     yield peer
     stop_flux(peer)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
+    report = yield
+    peer = getattr(item, "funcargs", {}).get("flux")
+    if report.failed and isinstance(peer, FluxPeer):
+        report.sections.append(("Flux controllers' logs", peer.tails()))
+    return report
