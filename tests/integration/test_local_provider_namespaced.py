@@ -277,6 +277,17 @@ def test_a_namespaced_provider_config_reads_its_own_namespace(
 
     eventually(in_use, "the ProviderConfig counting its user")
 
+    # named elsewhere, the database is no user of it any more: it can go
+    kube.patch(DB, ns, db, {"spec": {"providerConfigRef": CLUSTER_CONFIG}})
+    eventually(
+        lambda: (
+            (kube.get(NS_PROVIDER_CONFIGS, ns, "mine") or {}).get("status", {}).get("users") == 0
+        ),
+        "the ProviderConfig counting no user",
+    )
+    kube.delete(NS_PROVIDER_CONFIGS, ns, "mine")
+    eventually(lambda: kube.get(NS_PROVIDER_CONFIGS, ns, "mine") is None, "ProviderConfig gone")
+
     missing = unique("nowhere")
     create(
         kube,
@@ -288,7 +299,7 @@ def test_a_namespaced_provider_config_reads_its_own_namespace(
     message = not_synced(kube, DB, ns, missing)["message"]
     assert f"ProviderConfig {ns}/gone not found" in message, message
     # as in Crossplane, deleting needs the server: name one that exists before deleting
-    kube.patch(DB, ns, missing, {"spec": {"providerConfigRef": {"name": "mine"}}})
+    kube.patch(DB, ns, missing, {"spec": {"providerConfigRef": CLUSTER_CONFIG}})
     gone(kube, DB, ns, missing)
     gone(kube, DB, ns, db)
     assert not database_exists(postgres, db)

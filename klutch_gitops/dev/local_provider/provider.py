@@ -56,6 +56,8 @@ class LocalProvider:
         workers: int = 2,
     ) -> None:
         self.kube = kube
+        # what each managed resource named last: (apiVersion, kind, namespace, name) -> ref
+        self._named: dict[tuple[str, str, str, str], ProviderConfigRef] = {}
         connector = Connector(kube, backup_dir, bin_dir)
         self.provider_configs = {
             resource: ProviderConfigController(kube, resource, self.users)
@@ -107,9 +109,18 @@ class LocalProvider:
             for obj in reconciler.informer.items()
         )
 
-    def _usage_changed(self, _event: str, obj: dict[str, Any]) -> None:
+    def _usage_changed(self, event: str, obj: dict[str, Any]) -> None:
+        """Recount the provider config ``obj`` names, and the one it named before (a changed
+        ``providerConfigRef`` leaves a user fewer there)."""
+        meta = obj["metadata"]
+        key = (obj["apiVersion"], obj["kind"], meta.get("namespace") or "", meta["name"])
         ref = provider_config_ref(obj)
-        self.provider_configs[ref.resource].queue.add(ref)
+        before = self._named.pop(key, None)
+        if event != "DELETED":
+            self._named[key] = ref
+        changed = [ref] if before is None or before == ref else [ref, before]
+        for named in changed:
+            self.provider_configs[named.resource].queue.add(named)
 
 
 def bootstrap(
