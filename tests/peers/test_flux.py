@@ -26,7 +26,7 @@ from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import EVENTS
 from reconciler.sync import objects
 
-from .flux import FluxPeer
+from .flux import FluxPeer, condition
 
 pytestmark = [pytest.mark.integration, pytest.mark.peers]
 
@@ -299,6 +299,16 @@ def test_a_protected_claim_pruned_by_flux_is_held_and_reported(
     held = tenant.app.get(POSTGRES, tenant.namespace, "db")
     assert held["metadata"]["deletionTimestamp"]
     assert objects.FINALIZER in held["metadata"]["finalizers"]
+    ready = eventually(
+        lambda: (
+            condition(tenant.app.get(POSTGRES, tenant.namespace, "db"), "Ready")[1]
+            == "DeletionHeld"
+            and condition(tenant.app.get(POSTGRES, tenant.namespace, "db"), "Ready")
+        ),
+        "the held claim's Ready condition",
+    )
+    print(f"the held claim says: {ready}")
+    assert ready[0] == "False"
     report = tenant.reconciler.syncs[tenant.spec.name].schedule.report
     assert report is not None
     assert any("deletion-protected" in r.message for r in report.summary.rejections)
