@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from klutch_gitops.dev.localstack import binaries, kubeconfig
+from klutch_gitops.dev.localstack.components import COMPONENTS
 from klutch_gitops.dev.localstack.launcher import Launcher
 from klutch_gitops.dev.localstack.pki import KeyPair, Pki
 from klutch_gitops.dev.localstack.processes import Process, free_port
@@ -70,6 +71,13 @@ def programs(version: str | None = None) -> dict[str, Path]:
     binary, crds = VERSIONS[version or selected_version()]
     found = binaries.require(binary, crds)
     return {"crossplane": found[binary], "crossplane-crds": found[crds]}
+
+
+def release(version: str | None = None) -> str:
+    """The Crossplane release ``version``'s line builds (``v2.4.0``), from its wrapper go.mod."""
+    binary, _ = VERSIONS[version or selected_version()]
+    (component,) = (c for c in COMPONENTS if binary in c.binaries)
+    return component.version()
 
 
 # libyaml's safe loader parses the 1.3 MB of CRDs in 0.1 s, PyYAML's in 1.5 s of stack start-up.

@@ -81,6 +81,7 @@ class StackInfo:
     bind_api_port: int = 0  # reserved: the Dex client klutch-bind-web redirects to it
     postgres: postgres.PostgresInfo | None = None  # the local backend's server
     crossplane: str = ""  # the Crossplane line running (crossplane.VERSIONS), e.g. "2"
+    crossplane_release: str = ""  # the release that line builds, e.g. "v2.4.0"
 
     @classmethod
     def load(cls, path: Path) -> StackInfo:
@@ -243,6 +244,7 @@ class LocalStack:
             bind_api_port=identity.bind_api_port,
             postgres=backend.postgres,
             crossplane=crossplane.selected_version(),
+            crossplane_release=crossplane.release(),
             ports=[
                 *etcd.ports,
                 identity.ldap_port,
