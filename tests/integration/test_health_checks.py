@@ -1,9 +1,15 @@
 """The health checks of Argo CD (Lua) and Flux (CEL) on claims as the real App Cluster serves
 them, in every state the Control Plane reports (the status subresource written as the
-reconciler writes it)."""
+reconciler writes it: ``status.observedGeneration`` is the reconciler's, the App generation the
+Control Plane copy has taken in; a condition's only where the provider sets one, as Crossplane
+2's claims do and 1.20's do not).
+
+``test_health_of_a_claim_the_reconciler_mirrors`` runs a claim through the reconciler with the
+statuses Crossplane writes, and checks that the states above are what it produces."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
+from klutch_gitops.dev.testkit.claims import POSTGRES, claim, write_status
 from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import CRDS
@@ -75,9 +81,14 @@ def live_claim(
 WAITING = "Waiting for the Control Plane to report status"
 STATES = {  # status, generations, Argo CD's health, Flux's status
     "no-status": (None, 1, ("Progressing", WAITING), "Unknown"),
-    "no-conditions": ({"conditions": []}, 1, ("Progressing", WAITING), "InProgress"),
+    "no-conditions": (
+        {"conditions": [], "observedGeneration": 1},
+        1,
+        ("Progressing", WAITING),
+        "InProgress",
+    ),
     "progressing": (
-        {"conditions": [CREATING, SYNCED]},
+        {"conditions": [CREATING, SYNCED], "observedGeneration": 1},
         1,
         ("Progressing", "Creating"),
         "InProgress",
@@ -88,9 +99,14 @@ STATES = {  # status, generations, Argo CD's health, Flux's status
         ("Healthy", "Available"),
         "Current",
     ),
-    "degraded": ({"conditions": [CREATING, FAILED]}, 1, ("Degraded", FAILED["message"]), "Failed"),
+    "degraded": (
+        {"conditions": [CREATING, FAILED], "observedGeneration": 1},
+        1,
+        ("Degraded", FAILED["message"]),
+        "Failed",
+    ),
     "degraded-though-ready": (
-        {"conditions": [READY, FAILED]},
+        {"conditions": [READY, FAILED], "observedGeneration": 1},
         1,
         ("Degraded", FAILED["message"]),
         "Failed",
@@ -102,13 +118,19 @@ STATES = {  # status, generations, Argo CD's health, Flux's status
         "InProgress",
     ),
     "old-condition-generation": (
-        {"conditions": [{**READY, "observedGeneration": 2}, {**SYNCED, "observedGeneration": 3}]},
+        {
+            "conditions": [{**READY, "observedGeneration": 2}, {**SYNCED, "observedGeneration": 3}],
+            "observedGeneration": 3,
+        },
         3,
         ("Progressing", "Waiting for the Control Plane to observe generation 3"),
         "InProgress",
     ),
     "current-condition-generation": (
-        {"conditions": [{**READY, "observedGeneration": 2}, {**SYNCED, "observedGeneration": 2}]},
+        {
+            "conditions": [{**READY, "observedGeneration": 2}, {**SYNCED, "observedGeneration": 2}],
+            "observedGeneration": 2,
+        },
         2,
         ("Healthy", "Available"),
         "Current",
@@ -130,3 +152,85 @@ def test_health_of_live_claims(tenant: Tenant, state: str) -> None:
     live = live_claim(tenant, state, status, generations)
     assert argocd_health(live) == argocd
     assert flux_health(live, FLUX_EXPRESSIONS[live["kind"]]) == flux
+
+
+def health(live: dict) -> tuple[str, str]:
+    """(Argo CD's status, Flux's status) of a live claim."""
+    return argocd_health(live)[0], flux_health(live, FLUX_EXPRESSIONS[live["kind"]])
+
+
+def test_health_of_a_claim_the_reconciler_mirrors(tenant: Tenant) -> None:
+    """A claim in Git, its Control Plane copy's status written as Crossplane writes a claim's:
+    1.20 sets no observedGeneration (crossplane internal/controller/apiextensions/claim/
+    reconciler.go: SetConditions without WithObservedGeneration), 2.x sets the copy's generation
+    on every condition it marks (crossplane-runtime/v2 pkg/conditions/manager.go,
+    ObservedGenerationPropagationManager)."""
+    ns = tenant.namespace
+
+    def mirrored(generation: int, observed: int) -> dict:
+        def check() -> dict | None:
+            live = tenant.app.get(POSTGRES, ns, "piped") or {}
+            status = live.get("status") or {}
+            if live.get("metadata", {}).get("generation") != generation:
+                return None
+            return live if status.get("observedGeneration") == observed else None
+
+        return eventually(check, f"generation {generation}, observed {observed}")
+
+    def provider(status: dict) -> None:
+        conditions = [{"lastTransitionTime": WHEN, **c} for c in status["conditions"]]
+        write_status(tenant.control_plane, "piped", tenant.mapped, {"conditions": conditions})
+
+    tenant.push({"claims/piped.yaml": claim("piped", ns)})
+    eventually(lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "piped"), "the CP copy")
+    provider({"conditions": [READY, SYNCED]})  # Crossplane 1.20
+    live = mirrored(1, 1)
+    print(f"fed by the reconciler (1.20): {live['status']}")
+    assert health(live) == ("Healthy", "Current")
+
+    copy = tenant.control_plane.get(POSTGRES, tenant.mapped, "piped")
+    seen = copy["metadata"]["generation"]
+    provider(
+        {
+            "conditions": [
+                {**READY, "observedGeneration": seen},
+                {**SYNCED, "observedGeneration": seen},
+            ]
+        }
+    )
+    live = eventually(
+        lambda: (
+            (tenant.app.get(POSTGRES, ns, "piped")["status"]["conditions"][0]).get(
+                "observedGeneration"
+            )
+            == 1
+            and tenant.app.get(POSTGRES, ns, "piped")
+        ),
+        "the 2.x status mirrored",
+    )
+    print(f"fed by the reconciler (2.x): {live['status']}")
+    assert health(live) == ("Healthy", "Current")
+
+    tenant.push({"claims/piped.yaml": claim("piped", ns, "postgresql-single-small")}, "bigger")
+    eventually(
+        lambda: (
+            tenant.control_plane.get(POSTGRES, tenant.mapped, "piped")["spec"]["plan"]
+            == "postgresql-single-small"
+        ),
+        "the change on the Control Plane",
+    )
+    time.sleep(2)  # a few passes on the changed copy
+    live = mirrored(2, 1)  # the copy's controller has not observed its new generation
+    assert health(live) == ("Progressing", "InProgress")
+
+    now = tenant.control_plane.get(POSTGRES, tenant.mapped, "piped")["metadata"]["generation"]
+    provider(
+        {
+            "conditions": [
+                {**READY, "observedGeneration": now},
+                {**SYNCED, "observedGeneration": now},
+            ]
+        }
+    )
+    live = mirrored(2, 2)
+    assert health(live) == ("Healthy", "Current")

@@ -1,7 +1,10 @@
 -- Argo CD health check for Klutch's claims (every kind of anynines.com).
 --
--- klutch-gitops copies the Control Plane's status into the App Cluster copy and counts its
--- observedGeneration values in App generations, so they compare with metadata.generation:
+-- klutch-gitops copies the Control Plane's status into the App Cluster copy and writes its
+-- status.observedGeneration itself: the App generation whose spec the Control Plane copy has
+-- taken in (claims there carry none, Crossplane 1.20's conditions neither); a condition's
+-- observedGeneration, where the provider sets one (Crossplane 2), is counted in App
+-- generations too. So they compare with metadata.generation:
 --   an older observedGeneration (top level, or on Ready or Synced) -> Progressing
 --   Synced False                                                   -> Degraded, with its message
 --   Ready True                                                     -> Healthy
