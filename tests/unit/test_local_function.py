@@ -232,3 +232,13 @@ def test_readiness_check_none_is_ready_once_the_resource_exists() -> None:
     assert rsp.desired.resources["role"].ready == fnv1.Ready.READY_TRUE
     rsp = run(request(composite, {**step, "readinessCheck": "Sometimes"}, {}))
     assert "readinessCheck 'Sometimes'" in rsp.results[0].message
+
+
+def test_fixed_connection_details_are_passed_as_given() -> None:
+    step = {
+        "compose": "template",
+        "resource": {"name": "role", "base": {"kind": "ClusterRole"}},
+        "connectionDetails": {"values": {"password": "s3cret"}},
+    }
+    rsp = run(request(xr("XWidget"), step, {}))
+    assert dict(rsp.desired.composite.connection_details) == {"password": b"s3cret"}

@@ -234,7 +234,10 @@ def is_ready(observed: dict | None, step_input: dict) -> bool:
 
 def connection_details(step_input: dict, observed: dict[str, dict[str, bytes]]) -> dict[str, bytes]:
     """The composite's connection details: ``input.connectionDetails`` names a composed resource
-    (``resource``) and the keys of its connection secret to pass on (``keys``)."""
+    (``resource``) and the keys of its connection secret to pass on (``keys``), and fixed
+    ``values`` (as a FromValue connection detail did)."""
     wanted = step_input.get("connectionDetails") or {}
     details = observed.get(str(wanted.get("resource")), {})
-    return {key: details[key] for key in wanted.get("keys") or () if key in details}
+    passed = {key: details[key] for key in wanted.get("keys") or () if key in details}
+    fixed = {key: str(value).encode() for key, value in (wanted.get("values") or {}).items()}
+    return {**passed, **fixed}
