@@ -5,11 +5,12 @@ Crossplane takes over a claim CRD of the same name that it did not create (the s
 ``catalog/dev/claim-crds.yaml`` that other tests install) and deletes it with its XRD; the
 stand-ins found at the start are installed again at the end.
 
-The session stack runs the default line (Crossplane 2); the catalog and provisioning tests also
-run a subset on 1.20, the line Klutch supports today, on a second stack that the first test
-asking for it starts (KLUTCH_CROSSPLANE_VERSION=1.20) and the session's end stops: ``lines``
-a module's fixture parametrized by ``LINES`` (ids ``LINE_IDS``) gets that line's stack from
-``stack_for_line`` and its clusters from ``clusters_for_line``.
+The session stack runs the selected line (Crossplane 2 unless KLUTCH_CROSSPLANE_VERSION says
+1.20); the Crossplane, catalog and provisioning tests also run a subset on the other line (1.20,
+the line Klutch supports today, by default) on a second stack that the first test asking for it
+starts and the session's end stops. A module's fixture parametrized by ``LINES`` (ids
+``LINE_IDS``) gets that line's stack from ``stack_for_line`` and its clusters from
+``clusters_for_line``.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ COMPOSITIONS = Resource("apiextensions.crossplane.io", "v1", "compositions", nam
 GROUP = "anynines.com"
 LOCAL_KINDS = ("postgresqlinstances", "servicebindings", "backups", "restores")
 TRANSITION = "Transition from bigger to smaller plan size is not supported."
-OTHER_LINE = "1.20"
-LINES = (crossplane.DEFAULT_VERSION, OTHER_LINE)
+SESSION_LINE = crossplane.selected_version()
+OTHER_LINE = next(line for line in crossplane.VERSIONS if line != SESSION_LINE)
+LINES = (SESSION_LINE, OTHER_LINE)
 LINE_IDS = [f"crossplane-{line}" for line in LINES]
 _OTHER_STACK = pytest.StashKey[LocalStack]()
 
@@ -115,11 +117,13 @@ metadata:
 
 
 def other_line_stack(request: pytest.FixtureRequest) -> StackInfo:
-    """The Crossplane 1.20 stack, started once per run and stopped at its end; its start time
-    is printed (``-s`` shows it)."""
+    """The other line's stack, started once per run and stopped at its end; its start time is
+    printed (``-s`` shows it)."""
     config = request.config
     if _OTHER_STACK not in config.stash:
-        directory = request.getfixturevalue("tmp_path_factory").mktemp("stack-crossplane-1.20-")
+        directory = request.getfixturevalue("tmp_path_factory").mktemp(
+            f"stack-crossplane-{OTHER_LINE}-"
+        )
         stack = LocalStack(directory)
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv(crossplane.VERSION_VARIABLE, OTHER_LINE)
@@ -137,9 +141,9 @@ def other_line_stack(request: pytest.FixtureRequest) -> StackInfo:
 
 
 def stack_for_line(request: pytest.FixtureRequest) -> StackInfo:
-    """For a fixture parametrized by ``LINES``: the session stack for the default line, the
-    1.20 stack for the other."""
-    if request.param == crossplane.DEFAULT_VERSION:
+    """For a fixture parametrized by ``LINES``: the session stack for its own line, the other
+    line's stack for the other."""
+    if request.param == SESSION_LINE:
         return request.getfixturevalue("stack")
     return other_line_stack(request)
 
@@ -148,6 +152,6 @@ def clusters_for_line(
     stack: StackInfo, request: pytest.FixtureRequest
 ) -> dict[str, client.ApiClient]:
     """Admin clients of ``stack``'s clusters (the session's own for the session stack)."""
-    if stack.crossplane == crossplane.DEFAULT_VERSION:
+    if stack.crossplane == SESSION_LINE:
         return request.getfixturevalue("clusters")
     return admin_clients(stack)
