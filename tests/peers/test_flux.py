@@ -155,6 +155,30 @@ def churn(tenant: Tenant, name: str) -> tuple[int, str, int, str]:
     )
 
 
+def watch_quiet(flux: FluxPeer, tenant: Tenant, kustomization: str) -> None:
+    """Once Flux has applied Git's newest commit (a status commit, likely), nothing changes for
+    ``CHURN_WINDOW`` seconds: no generation or resourceVersion of the claim or its copy, no
+    commit, no new Flux revision, Flux still Ready."""
+
+    def caught_up() -> tuple[str, str]:
+        """Git's head and Flux's revision, once Flux is Ready at the head."""
+        head = tenant.log()[0].split()[0]
+        revision = flux.kustomization(kustomization)["status"]["lastAppliedRevision"]
+        assert revision.endswith(head), (revision, head)
+        assert flux.ready(kustomization)[0] == "True"
+        return head, revision
+
+    # the window starts once Flux has applied the newest commit (a status commit, likely)
+    head, revision = eventually(caught_up, "Flux at Git's head", FLUX_WAIT)
+    before = churn(tenant, "db")
+    time.sleep(CHURN_WINDOW)  # Flux reconciles every 2 s meanwhile
+    print(f"no churn window: {CHURN_WINDOW:.0f} s, Flux at {revision}")
+    assert churn(tenant, "db") == before, "a write in a quiet window: someone is flapping"
+    assert tenant.log()[0].split()[0] == head, "a commit in a quiet window"
+    assert flux.kustomization(kustomization)["status"]["lastAppliedRevision"] == revision
+    assert flux.ready(kustomization)[0] == "True"
+
+
 def test_flux_applies_the_reconciler_mirrors_and_reports_ready_without_conflict(
     flux: FluxPeer, tenant: Tenant, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -194,14 +218,7 @@ def test_flux_applies_the_reconciler_mirrors_and_reports_ready_without_conflict(
     )
     print(f"Flux Ready: {flux.ready(kustomization)}")
 
-    before, head = churn(tenant, "db"), tenant.log()[0]
-    revision = flux.kustomization(kustomization)["status"]["lastAppliedRevision"]
-    time.sleep(CHURN_WINDOW)  # Flux reconciles every 2 s meanwhile
-    print(f"no churn window: {CHURN_WINDOW:.0f} s, Flux at {revision}")
-    assert churn(tenant, "db") == before, "a write in a quiet window: someone is flapping"
-    assert tenant.log()[0] == head, "a commit in a quiet window"
-    assert flux.kustomization(kustomization)["status"]["lastAppliedRevision"] == revision
-    assert flux.ready(kustomization)[0] == "True"
+    watch_quiet(flux, tenant, kustomization)
 
     live = tenant.app.get(POSTGRES, tenant.namespace, "db")
     assert_ownership(live)
