@@ -117,6 +117,12 @@ class Poller(Generic[K]):
             self._seen.pop(key, None)
             self._due.pop(key, None)
 
+    def answered(self, key: K) -> bool:
+        """Whether a watched remote's first ask has answered: from then on only a moved branch
+        calls ``on_change``, so a registration whose pass followed it is quiet until a push."""
+        with self._lock:
+            return self._seen.get(key, _UNSEEN) is not _UNSEEN
+
     def start(self) -> None:
         if self._thread is not None:
             return

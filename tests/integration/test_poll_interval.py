@@ -20,6 +20,7 @@ from klutch_gitops.dev.testkit.claims import POSTGRES, claim
 from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.git.remote import ls_remote
+from reconciler.manager import Reconciler
 from reconciler.triggers.sources import JITTER, Poller
 from tests.gitserver import GitServer
 
@@ -58,12 +59,22 @@ def tenants(stack, clusters, git_server: GitServer, tmp_path: Path) -> Iterator[
     world[0].reconciler.stop()
 
 
+def quiet(reconciler: Reconciler, name: str) -> None:
+    """Wait until a registration's first poll answered and the pass it asked for has fetched
+    and finished: nothing fetches its remote again but a poll that finds the branch moved."""
+    registrations = reconciler.registrations
+    eventually(lambda: registrations.poller.answered(name), f"{name}'s first poll")
+    time.sleep(0.5)  # on_change follows the answer in the poller's thread
+    sync = eventually(lambda: reconciler.syncs.get(name), f"{name} registered")
+    eventually(lambda: sync.last_pass and not sync.needs_fetch, f"{name}'s fetching pass")
+    with registrations.lock(name):  # the pass in flight, if any, is over
+        assert not sync.needs_fetch
+
+
 def test_each_registration_is_polled_at_its_own_interval(tenants: list[Tenant]) -> None:
     fast, hourly = tenants
-    reconciler = fast.reconciler
-    for tenant in tenants:  # the first poll and the first pass, before the pushes
-        name = tenant.spec.name
-        eventually(lambda n=name: (s := reconciler.syncs.get(n)) and s.last_pass, f"{name} pass")
+    for tenant in tenants:  # one reconciler, the first tenant's, follows both
+        quiet(fast.reconciler, tenant.spec.name)
 
     hourly.push({"claims/db.yaml": claim("db", hourly.namespace)})
     fast.push({"claims/db.yaml": claim("db", fast.namespace)})
