@@ -17,6 +17,7 @@ import os
 import shutil
 import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 import uuid
@@ -117,6 +118,18 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+class _Server(ThreadingHTTPServer):
+    """Quiet about clients that hang up mid-answer (a controller stopping, go-git dropping a
+    connection it no longer needs); anything else is printed as socketserver does."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: tuple[str, int]) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionError, ssl.SSLError)):
+            return
+        super().handle_error(request, client_address)
+
+
 @contextmanager
 def running_git_server(root: Path) -> Iterator[GitServer]:
     """Serve ``root`` over HTTPS on a free loopback port until the block ends."""
@@ -130,8 +143,7 @@ def running_git_server(root: Path) -> Iterator[GitServer]:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(certs / "tls.crt", certs / "tls.key")
     handler = type("Handler", (_Handler,), {"root": root})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", 0), handler)
     # The handshake happens in the request's thread, so one slow client never blocks accept().
     server.socket = context.wrap_socket(
         server.socket, server_side=True, do_handshake_on_connect=False
