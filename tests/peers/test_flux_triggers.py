@@ -26,6 +26,7 @@ from klutch_gitops.dev.testkit.claims import POSTGRES, claim, is_ready
 from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, report_ready
 from klutch_gitops.dev.testkit.wait import eventually
 from reconciler.sync import objects
+from tests.integration.test_poll_interval import quiet
 
 from .flux import FluxPeer
 
@@ -59,10 +60,9 @@ def test_a_claim_flux_applies_is_adopted_without_waiting_for_a_poll(
     flux: FluxPeer, tenant: Tenant
 ) -> None:
     name = tenant.spec.name
-    sync = eventually(
-        lambda: (s := tenant.reconciler.syncs.get(name)) and s.last_pass and s, "the first pass"
-    )
-    before = sync.head  # the Git view the reconciler holds: its first poll's
+    quiet(tenant.reconciler, name)  # its only poll answered and followed: a fetch needs a reason
+    sync = tenant.reconciler.syncs[name]
+    before = sync.head
     tenant.push({"claims/db.yaml": claim("db", tenant.namespace)}, "a new database")
     flux.sync(name, flux.serve(tenant.remote), f"./{tenant.spec.path}")
     eventually(
@@ -132,6 +132,7 @@ def test_a_protected_claim_flux_prunes_is_held_though_the_git_view_still_names_i
     polled hourly, still names the claim. Judged by that view, the held object would be one
     whose claim is back in Git and let go; the deletion is the sign to fetch first."""
     name = tenant.spec.name
+    quiet(tenant.reconciler, name)
     tenant.push({"claims/db.yaml": protected_claim("db", tenant.namespace)}, "a kept database")
     flux.sync(name, flux.serve(tenant.remote), f"./{tenant.spec.path}")
     eventually(lambda: adopted(tenant, "db"), f"db adopted\n{flux.tails()}", timeout=FLUX_WAIT)
