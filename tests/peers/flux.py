@@ -133,7 +133,9 @@ class FluxPeer:
 
     def ready(self, name: str, namespace: str = "flux-system") -> tuple[str, str, str]:
         """The Kustomization's Ready condition: (status, reason, message); ("Unknown", "", "")
-        before kustomize-controller wrote one."""
+        before kustomize-controller wrote one. Every reconciliation (each ``interval``) marks it
+        Unknown/Progressing while it runs (kustomization_controller.go ``reconcile``), so wait
+        for a verdict with ``eventually`` instead of reading it once."""
         return condition(self.kustomization(name, namespace), "Ready")
 
     def source_ready(self, name: str, namespace: str = "flux-system") -> tuple[str, str, str]:
