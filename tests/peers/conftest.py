@@ -4,6 +4,7 @@ the controllers' last log lines are added to its report."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -22,12 +23,14 @@ def flux(
     git_server: GitServer,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[FluxPeer]:
+    started = time.monotonic()
     peer = start_flux(
         clusters["app"],
         stack.clusters["app"].kubeconfig,
         git_server,
         tmp_path_factory.mktemp("flux"),
     )
+    print(f"Flux CRDs installed and both controllers ready in {time.monotonic() - started:.1f} s")
     yield peer
     stop_flux(peer)
 
