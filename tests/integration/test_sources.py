@@ -47,33 +47,6 @@ def next_event(events: "queue.Queue[str]", timeout: float = WAIT) -> str | None:
         return None
 
 
-def test_a_remote_watched_otherwise_is_polled_every_nth_round_only(
-    remote: Path, tmp_path: Path
-) -> None:
-    other = tmp_path / "other.git"
-    git("init", "--quiet", "--bare", "--initial-branch=main", str(other), cwd=tmp_path)
-    push_commit(tmp_path / "other-clone", other, "initial")
-    asked: list[str] = []
-
-    def counting_ls_remote(key: str, url: str, branch: str) -> str | None:
-        asked.append(url)
-        return ls_remote(url, branch, timeout=10)
-
-    poller: Poller[str] = Poller(0.05, counting_ls_remote, lambda _key: None)
-    poller.watch("every round", other.as_uri(), "main")
-    poller.watch("every tenth", remote.as_uri(), "main", every=10)
-    poller.start()
-    try:
-        deadline = time.monotonic() + WAIT
-        while asked.count(other.as_uri()) < 30 and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        poller.stop()
-    every, tenth = asked.count(other.as_uri()), asked.count(remote.as_uri())
-    assert every >= 30
-    assert 1 <= tenth <= every // 10 + 2  # the first round, then every tenth
-
-
 def test_poller_fires_first_and_after_a_push_only(remote: Path, tmp_path: Path) -> None:
     events: queue.Queue[str] = queue.Queue()
     failures: list[str] = []
