@@ -4,8 +4,9 @@ Conditions, each with the ``observedGeneration`` it describes:
 
 - ``Ready``: True (``Synced``) when the last pass applied the branch's head with nothing refused;
   False with the reason of what stops it (``SecretInvalid``, ``FetchFailed``, ``SyncFailed``,
-  ``ApplyFailed``, ``WriteBackFailed``, ``DocumentsRefused``, ``ForeignKonnector``,
-  ``InvalidSpec``); Unknown while it reconciles (``Progressing``) or is suspended (``Suspended``).
+  ``ApplyFailed``, ``DeletionHeld`` (only deletion-protected claims being deleted are held),
+  ``WriteBackFailed``, ``DocumentsRefused``, ``ForeignKonnector``, ``InvalidSpec``); Unknown
+  while it reconciles (``Progressing``) or is suspended (``Suspended``).
 - ``Reconciling``: True while work is under way: registering, the first fetch or pass, a new
   generation not yet passed, the namespace mapping pending, or a retry after a failure (a failed
   fetch, pass, write-back, or a stage's problem: those heal without a person).
@@ -34,6 +35,7 @@ from klutch_gitops.kube.conditions import condition
 from klutch_gitops.kube.events import WARNING, EventRecorder
 from klutch_gitops.manifests import Rejection
 from reconciler.sync.outcome import PassOutcome, documents
+from reconciler.sync.prune import HELD_FIELD
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +114,8 @@ def failed(report: Report) -> tuple[str, str] | None:
         return "SyncFailed", report.error
     outcome = report.last_pass
     if outcome is not None and outcome.stage_problems:
-        return "ApplyFailed", stage_message(outcome)
+        held = all(p.field == HELD_FIELD for p in outcome.stage_problems)
+        return ("DeletionHeld" if held else "ApplyFailed"), stage_message(outcome)
     if report.write_back_error:
         return "WriteBackFailed", report.write_back_error
     return None

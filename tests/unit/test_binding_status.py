@@ -6,6 +6,7 @@ from klutch_gitops.kube.conditions import by_type
 from klutch_gitops.manifests import Rejection
 from reconciler.status import Report, binding_status, invalid_spec_status
 from reconciler.sync.outcome import PassOutcome, documents
+from reconciler.sync.prune import HELD_FIELD
 
 HEAD = "a" * 40
 REFUSED = Rejection("claims/bad.yaml", "namespace not-ours is not allowed", "use team", 0)
@@ -163,6 +164,15 @@ def test_a_stage_problem_is_retried_not_stalled() -> None:
         "claims/db.yaml#0: the Control Plane refused the claim: 500" in found["Applied"]["message"]
     )
     assert (found["Reconciling"]["status"], found["Stalled"]["status"]) == ("True", "False")
+
+
+def test_a_held_deletion_is_named_as_such() -> None:
+    """A deletion-protected claim being deleted is no failed apply: the binding says what holds."""
+    held = Rejection("claims/db.yaml", "db is being deleted", "put it back", field=HELD_FIELD)
+    outcome = PassOutcome(HEAD, 1, (), (held,))
+    found = by_type(binding_status(Report(**{**DONE.__dict__, "last_pass": outcome}), None, "t"))
+    assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("False", "DeletionHeld")
+    assert "db is being deleted" in found["Ready"]["message"]
 
 
 def test_a_loader_refusal_names_file_document_and_field() -> None:
