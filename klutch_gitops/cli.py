@@ -149,14 +149,20 @@ def local_provider(
         Path | None, typer.Option("--postgres-password-file", help="The superuser's password")
     ] = None,
     provider_config: Annotated[
-        str, typer.Option("--provider-config", help="Name of the ProviderConfig to write")
+        str,
+        typer.Option(
+            "--provider-config",
+            help="Name of the ProviderConfig and of the ClusterProviderConfig (for Crossplane 2's "
+            "namespaced resources) to write",
+        ),
     ] = "default",
     secret_namespace: Annotated[
         str, typer.Option("--secret-namespace", help="Where its credentials Secret goes")
     ] = "crossplane-system",  # noqa: S107 - a namespace, not a password
     log_level: LogLevelOption = LogLevel.info,
 ) -> None:
-    """LocalDatabase, LocalUser, LocalBackup and LocalRestore on a PostgreSQL server."""
+    """LocalDatabase, LocalUser, LocalBackup and LocalRestore on a PostgreSQL server, cluster-scoped
+    and namespaced (Crossplane 2)."""
     from klutch_gitops import logs, preflight
     from klutch_gitops.config import SecretRef
     from klutch_gitops.dev.local_provider.provider import LocalProvider, bootstrap, serve_health
