@@ -4,7 +4,7 @@ the statuses Git gets."""
 from __future__ import annotations
 
 from klutch_gitops.kube.client import SECRETS, Resource
-from klutch_gitops.manifests import Claim, Identity, Rejection
+from klutch_gitops.manifests import Claim, Export, Identity, Rejection
 from reconciler.sync import events, objects, progress
 from reconciler.sync.desired import DesiredState
 from reconciler.sync.prune import HELD_FIELD
@@ -48,7 +48,7 @@ def observe(
         target = view.mapping[claim.identity.namespace]
         in_sync = not objects.needs_apply(objects.control_plane_object(claim, target), copy)
         resource = claim_resource(export, claim)
-        mirror_status(view, resource, live, copy, in_sync, told, held)
+        mirror_status(view, resource, live, copy, in_sync, told, held, stamps(export, live))
         copy_secrets(view, claim, live, target, repository)
     left_out = {c.identity for c in mirrored}
     for identity in untold.keys() - left_out:
@@ -78,13 +78,15 @@ def mirror_status(
     in_sync: bool,
     told: dict[Identity, str],
     held: dict[Identity, str] | None = None,
+    stamped: bool = False,
 ) -> None:
     """Copy the Control Plane's status to the live App claim, with ``Synced`` False while the
     pass refused its change, ``Ready`` False while its deletion is held; a Warning Event when
-    the claim starts telling of a refusal (or tells anew; finalize tells of the held one)."""
+    the claim starts telling of a refusal (or tells anew; finalize tells of the held one).
+    ``stamped``: the App schema lets conditions carry ``observedGeneration`` (``stamps``)."""
     refused = told.get(Identity.of(live))
     holding = (held or {}).get(Identity.of(live))
-    patch = objects.status_object(live, copy, in_sync, refused, holding)
+    patch = objects.status_object(live, copy, in_sync, refused, holding, stamped)
     if patch is None:
         return
     view.apply_app(resource, patch, force=True, status=True)
@@ -116,8 +118,20 @@ def tell_refused(
         return
     body = objects.control_plane_body(objects.mirrored_body(live), target)
     in_sync = not objects.needs_apply(body, copy)
-    resource = resource_of(export, str(live.get("apiVersion", "")).rpartition("/")[2] or None)
-    mirror_status(view, resource, live, copy, in_sync, told, held)
+    resource = resource_of(export, _version(live))
+    mirror_status(view, resource, live, copy, in_sync, told, held, stamps(export, live))
+
+
+def _version(live: dict) -> str | None:
+    return str(live.get("apiVersion", "")).rpartition("/")[2] or None
+
+
+def stamps(export: Export, live: dict) -> bool:
+    """Whether the live App claim's version lets its conditions carry ``observedGeneration``:
+    the export's schema, which the App CRD copies (Crossplane 2's claims: yes; 1.20's: no)."""
+    version = _version(live)
+    schema = export.schemas.get(version) if version else None
+    return progress.conditions_take_generation(schema or {})
 
 
 def copy_secrets(view: View, claim: Claim, live: dict, target: str, repository: str) -> None:

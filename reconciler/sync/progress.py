@@ -1,11 +1,16 @@
 """How far the App copy of a claim has got, in the terms health checks read: pure decisions.
 
-Flux's CEL status reader (fluxcd/pkg runtime/cel/status_evaluator.go) and kstatus call an object
-in progress while ``status.observedGeneration`` differs from ``metadata.generation``; our Argo CD
-Lua does the same (catalog/health/argocd/health.lua). Claims on a real Control Plane carry no
-``status.observedGeneration`` at all, so we write it on the App copy ourselves: the App generation
-whose spec the Control Plane copy holds and whose status reflects it. A deletion-protected claim
-whose deletion we hold says ``Ready`` False, so that nobody reads the service as fine.
+Flux's CEL status reader (fluxcd/pkg runtime/cel/status_evaluator.go) and our Argo CD Lua
+(catalog/health/argocd/health.lua) call a claim in progress while its ``Ready`` or ``Synced``
+condition's ``observedGeneration`` differs from ``metadata.generation``. We never write a
+top-level ``status.observedGeneration``: no Crossplane claim CRD declares one (1.20's
+internal/xcrd/schemas.go, 2.x's crossplane-runtime pkg/xcrd/schemas.go
+``CompositeResourceStatusProps``), the App CRD is a copy of that schema which Klutch's konnector
+keeps equal, and a server-side apply of an undeclared field fails. Crossplane 2 declares
+``conditions[].observedGeneration``; 1.20 does not, so there the App copy's conditions carry
+none (writing one would fail the same way) and the health checks go by the conditions alone.
+A deletion-protected claim whose deletion we hold says ``Ready`` False, so that nobody reads
+the service as fine.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 READY = "Ready"
 SYNCED = "Synced"
 DELETION_HELD = "DeletionHeld"
+PROGRESS_CONDITIONS = (READY, SYNCED)
+PRESERVE = "x-kubernetes-preserve-unknown-fields"
 
 
 def _int(value: Any) -> int | None:
@@ -34,11 +41,31 @@ def _condition(status: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any]
     return None
 
 
+def _properties(schema: Any) -> Mapping[str, Any]:
+    return (schema.get("properties") or {}) if isinstance(schema, Mapping) else {}
+
+
+def conditions_take_generation(schema: Mapping[str, Any]) -> bool:
+    """Whether a claim schema (an export's openAPIV3Schema, which the App CRD copies) lets a
+    status condition carry ``observedGeneration``: Crossplane 2's claims declare it, 1.20's do
+    not; a status or condition that preserves unknown fields takes it too."""
+    status = _properties(schema).get("status")
+    if not isinstance(status, Mapping):
+        return False
+    conditions = _properties(status).get("conditions")
+    if not isinstance(conditions, Mapping):
+        return status.get(PRESERVE) is True
+    items = conditions.get("items")
+    if not isinstance(items, Mapping):
+        return False
+    return "observedGeneration" in _properties(items) or items.get(PRESERVE) is True
+
+
 def reflects_generation(upstream: Mapping[str, Any]) -> bool:
     """Whether the Control Plane copy's status is about its current generation: its controller
     says so where it says anything (top-level ``observedGeneration``, ``Synced``'s); a copy
-    whose status carries neither (Crossplane claims on the local stack) has only its spec to go
-    by, and one without a status has not been looked at."""
+    whose status carries neither (Crossplane 1.20's claims) has only its spec to go by, and
+    one without a status has not been looked at."""
     generation = _generation(upstream)
     status = upstream.get("status")
     if not isinstance(status, Mapping):
@@ -51,16 +78,19 @@ def reflects_generation(upstream: Mapping[str, Any]) -> bool:
 
 
 def observed_generation(
-    upstream: Mapping[str, Any], live_app: Mapping[str, Any], in_sync: bool
+    upstream: Mapping[str, Any], live_app: Mapping[str, Any], in_sync: bool, kind: str = READY
 ) -> int | None:
-    """The App copy's ``status.observedGeneration``: its ``generation`` once the Control Plane
-    copy has its spec (``in_sync``) and that copy's status reflects it; otherwise the value the
-    App copy already has (None when it has none): an unconfirmed change stays in progress."""
-    previous = _int((live_app.get("status") or {}).get("observedGeneration"))
+    """What the App copy's ``kind`` condition says it observed, where the provider said
+    nothing: the App ``generation`` once the Control Plane copy has its spec (``in_sync``) and
+    that copy's status reflects it; otherwise the live App condition's value, or the
+    generation before (an unconfirmed change stays in progress). None without a generation."""
     generation = _generation(live_app)
-    if in_sync and generation is not None and reflects_generation(upstream):
+    if generation is None:
+        return None
+    if in_sync and reflects_generation(upstream):
         return generation
-    return previous
+    previous = _int((_condition(live_app.get("status"), kind) or {}).get("observedGeneration"))
+    return previous if previous is not None else max(generation - 1, 0)
 
 
 def app_generations(
@@ -68,35 +98,44 @@ def app_generations(
     upstream: Mapping[str, Any],
     live_app: Mapping[str, Any],
     in_sync: bool,
+    stamps: bool = False,
 ) -> dict[str, Any]:
-    """The Control Plane's status counted in App generations: ``observedGeneration`` on top is
-    ``observed_generation``'s; a condition's, where the provider sets one, is the App generation
-    when current (the copy has the App spec and the condition observed the copy's generation),
-    else the App generation - 1. The copies' generations differ (a recreated copy starts at 1)."""
+    """The Control Plane's status counted in App generations (the copies' generations differ:
+    a recreated copy starts at 1). A condition the provider stamped gets the App generation
+    when current (the copy has the App spec and the condition observed the copy's
+    generation), else the App generation - 1. ``Ready`` and ``Synced`` without one get
+    ``observed_generation``'s only when the App schema declares it (``stamps``,
+    ``conditions_take_generation``). A top-level ``observedGeneration`` is dropped, never
+    written: no claim schema declares it."""
     result = copy.deepcopy(dict(status))
     result.pop("observedGeneration", None)
-    observed = observed_generation(upstream, live_app, in_sync)
-    if observed is not None:
-        result["observedGeneration"] = observed
     upstream_generation, app_generation = _generation(upstream), _generation(live_app)
-    if upstream_generation is None or app_generation is None:
+    if app_generation is None:
         return result
     for condition in result.get("conditions") or []:
-        value = _int(condition.get("observedGeneration")) if isinstance(condition, dict) else None
+        if not isinstance(condition, dict):
+            continue
+        value = _int(condition.get("observedGeneration"))
         if value is not None:
-            current = in_sync and value >= upstream_generation
+            current = in_sync and (upstream_generation is None or value >= upstream_generation)
             condition["observedGeneration"] = (
                 app_generation if current else max(app_generation - 1, 0)
             )
+        elif stamps and condition.get("type") in PROGRESS_CONDITIONS:
+            ours = observed_generation(upstream, live_app, in_sync, condition["type"])
+            if ours is not None:
+                condition["observedGeneration"] = ours
     return result
 
 
-def refused(status: dict[str, Any], live_app: Mapping[str, Any]) -> dict[str, Any]:
+def refused(status: dict[str, Any], live_app: Mapping[str, Any], stamps: bool) -> dict[str, Any]:
     """A status that says the App copy's change was refused is about its current generation:
-    observed (and refused), so Flux and Argo CD report it failed instead of waiting."""
+    its ``Synced`` condition observed (and refused) it, so Flux and Argo CD report it failed
+    instead of waiting; only where the App schema declares the field (``stamps``)."""
     generation = _generation(live_app)
-    if generation is not None:
-        status["observedGeneration"] = generation
+    synced = _condition(status, SYNCED)
+    if stamps and generation is not None and isinstance(synced, dict):
+        synced["observedGeneration"] = generation
     return status
 
 

@@ -99,44 +99,6 @@ def test_a_held_claim_says_ready_false_and_counts_as_held_not_ready() -> None:
     assert problems[0].field == HELD_FIELD
 
 
-# -- observedGeneration ------------------------------------------------------------------
-
-
-def app(generation: int, observed: int | None = None) -> dict:
-    status = {} if observed is None else {"observedGeneration": observed}
-    return {"metadata": {"generation": generation}, "status": status}
-
-
-def copy(generation: int, synced_observed: int | None = None) -> dict:
-    synced = {"type": "Synced", "status": "True"}
-    if synced_observed is not None:
-        synced["observedGeneration"] = synced_observed
-    return {"metadata": {"generation": generation}, "status": {"conditions": [synced]}}
-
-
-def test_the_app_generation_is_observed_once_the_copy_has_its_spec_and_status() -> None:
-    # the local stack's claims: no observedGeneration anywhere on the copy
-    assert progress.observed_generation(copy(4), app(2, 1), in_sync=True) == 2
-    # the copy has the spec, its controller says it observed it
-    assert progress.observed_generation(copy(4, 4), app(2, 1), in_sync=True) == 2
-
-
-def test_an_unconfirmed_change_keeps_the_previous_observed_generation() -> None:
-    assert progress.observed_generation(copy(4), app(2, 1), in_sync=False) == 1
-    assert progress.observed_generation(copy(4, 3), app(2, 1), in_sync=True) == 1
-    assert progress.observed_generation({"metadata": {"generation": 4}}, app(2, 1), True) == 1
-    assert progress.observed_generation(copy(4), app(2), in_sync=False) is None
-
-
-def test_the_copys_own_observed_generation_is_replaced_by_ours() -> None:
-    upstream = copy(9)
-    upstream["status"]["observedGeneration"] = 9
-    status = progress.app_generations(upstream["status"], upstream, app(2, 1), in_sync=True)
-    assert status["observedGeneration"] == 2
-    status = progress.app_generations(upstream["status"], upstream, app(2, 1), in_sync=False)
-    assert status["observedGeneration"] == 1
-
-
 def test_held_keeps_its_transition_time_and_gits_copy_has_none() -> None:
     first = progress.with_held({}, "held", None, "2026-01-01T00:00:00Z")
     again = progress.with_held({}, "held", first, "2026-02-02T00:00:00Z")

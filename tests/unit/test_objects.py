@@ -259,20 +259,37 @@ def test_status_generations_are_counted_in_app_generations() -> None:
     live = tool_applied()  # generation 2
     live.pop("status")
     patch = objects.status_object(live, upstream, in_sync=True)
-    assert patch["status"]["observedGeneration"] == 2
+    assert "observedGeneration" not in patch["status"]  # no claim schema declares it
     assert patch["status"]["conditions"][0]["observedGeneration"] == 2
-    # the copy does not have the App spec yet, or its controller has not observed it: the App
-    # copy keeps what it said (nothing yet), conditions count one generation behind
+    # the copy does not have the App spec yet: conditions count one generation behind
     stale = objects.status_object(live, upstream, in_sync=False)
     assert "observedGeneration" not in stale["status"]
     assert stale["status"]["conditions"][0]["observedGeneration"] == 1
-    behind = {**upstream, "metadata": {"generation": 3}}
-    assert "observedGeneration" not in objects.status_object(live, behind, True)["status"]
-    said = {**live, "status": {"observedGeneration": 1}}
-    assert objects.status_object(said, behind, in_sync=True)["status"]["observedGeneration"] == 1
     # equal after translation: nothing to write
     assert objects.status_object({**live, "status": patch["status"]}, upstream) is None
     assert upstream["status"]["observedGeneration"] == 1  # the cache is never changed
+
+
+def test_unstamped_conditions_get_our_generation_only_where_the_schema_declares_it() -> None:
+    """Crossplane 1.20's claims: conditions without observedGeneration, and a schema without
+    the field (internal/xcrd/schemas.go): nothing is added. 2.x's schema has it."""
+    upstream = {
+        "metadata": {"generation": 4},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Available"}]},
+    }
+    live = tool_applied()  # generation 2
+    live.pop("status")
+    plain = objects.status_object(live, upstream, in_sync=True)
+    assert plain["status"] == upstream["status"]
+    stamped = objects.status_object(live, upstream, in_sync=True, stamps=True)
+    assert stamped["status"]["conditions"][0]["observedGeneration"] == 2
+    refused = objects.status_object(live, upstream, in_sync=False, refused="no", stamps=True)
+    by_type = {c["type"]: c for c in refused["status"]["conditions"]}
+    assert by_type["Synced"]["observedGeneration"] == 2  # the refusal observed generation 2
+    assert by_type["Ready"]["observedGeneration"] == 1  # unconfirmed: the one before
+    assert "observedGeneration" not in refused["status"]
+    unstamped = objects.status_object(live, upstream, in_sync=False, refused="no")
+    assert all("observedGeneration" not in c for c in unstamped["status"]["conditions"])
 
 
 def test_kubectls_fields_are_taken_over_and_other_tools_keep_theirs() -> None:

@@ -364,8 +364,8 @@ def test_observe_copies_status_and_secrets_and_reports_git_the_status() -> None:
     assert statuses == (
         ObservedStatus(db.identity, f"{GROUP}/v1", {"phase": "Ready"}, "claims/db.yaml", 0),
     )
-    # the copy has the App spec (generation 1): the App copy says it observed generation 1
-    assert view.app[(KIND, APP_NS, "db")]["status"] == {"phase": "Ready", "observedGeneration": 1}
+    # no conditions to stamp, and never a top-level observedGeneration (no claim schema has it)
+    assert view.app[(KIND, APP_NS, "db")]["status"] == {"phase": "Ready"}
     secret = view.app[("Secret", APP_NS, "s")]
     assert secret["data"] == {"k": "dg=="}
     assert secret["metadata"]["ownerReferences"][0]["uid"] == "u-db"
