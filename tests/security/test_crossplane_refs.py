@@ -101,7 +101,8 @@ class Gadgets:
 
 
 def composition(name: str, group: str, kind: str, secret: str) -> dict[str, Any]:
-    """Composes a ClusterRole (test_crossplane.py says why) and a fixed connection detail."""
+    """Composes a ClusterRole and a fixed connection detail through the stack's function
+    (test_crossplane.py says why)."""
     return {
         "apiVersion": f"{XP}/v1",
         "kind": "Composition",
@@ -109,22 +110,27 @@ def composition(name: str, group: str, kind: str, secret: str) -> dict[str, Any]
         "spec": {
             "compositeTypeRef": {"apiVersion": f"{group}/{VERSION}", "kind": kind},
             "writeConnectionSecretsToNamespace": "crossplane-system",
-            "mode": "Resources",
-            "resources": [
+            "mode": "Pipeline",
+            "pipeline": [
                 {
-                    "name": "role",
-                    "base": {
-                        "apiVersion": "rbac.authorization.k8s.io/v1",
-                        "kind": "ClusterRole",
-                        "metadata": {"annotations": {"size": "unset"}},
+                    "step": "compose",
+                    "functionRef": {"name": "function-klutch-local"},
+                    "input": {
+                        "apiVersion": "local.klutch.anynines.com/v1alpha1",
+                        "kind": "Compose",
+                        "compose": "template",
+                        "resource": {
+                            "name": "role",
+                            "base": {
+                                "apiVersion": "rbac.authorization.k8s.io/v1",
+                                "kind": "ClusterRole",
+                                "metadata": {"annotations": {"size": "unset"}},
+                            },
+                        },
+                        "fields": {"metadata.annotations.size": "spec.size"},
+                        "readinessCheck": "None",
+                        "connectionDetails": {"values": {"password": secret}},
                     },
-                    "patches": [
-                        {"fromFieldPath": "spec.size", "toFieldPath": "metadata.annotations[size]"}
-                    ],
-                    "connectionDetails": [
-                        {"name": "password", "type": "FromValue", "value": secret}
-                    ],
-                    "readinessChecks": [{"type": "None"}],
                 }
             ],
         },
