@@ -168,6 +168,10 @@ def _print_info(info: StackInfo) -> None:
             f"{info.dex.automation_client_id} (confidential), {info.dex.cli_client_id} (public), "
             f"{info.dex.web_client_id} (the bind API's browser flow)",
         ),
+        (
+            "Crossplane",
+            f"{info.crossplane_release} (line {info.crossplane}, KLUTCH_CROSSPLANE_VERSION)",
+        ),
         ("environment", f"source {Path(info.state_dir) / 'stack.env'}"),
     ]
     for label, value in rows:

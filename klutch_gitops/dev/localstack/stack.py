@@ -31,7 +31,9 @@ from klutch_gitops.dev.localstack.processes import Process, free_port, port_open
 from klutch_gitops.errors import KlutchError
 
 CLUSTERS = ("app", "control-plane")
-LOCAL_PROVIDER_CONFIG = "local-postgresql"  # the ProviderConfig catalog/compositions/local names
+# the ProviderConfig catalog/compositions/local names, and the ClusterProviderConfig
+# catalog/namespaced composes with
+LOCAL_PROVIDER_CONFIG = "local-postgresql"
 DEV_USER = ldap.User(
     email="developer@klutch.example",
     username="developer",
