@@ -1,14 +1,17 @@
 -- Argo CD health check for Klutch's claims (every kind of anynines.com).
 --
--- klutch-gitops copies the Control Plane's status into the App Cluster copy and writes its
--- status.observedGeneration itself: the App generation whose spec the Control Plane copy has
--- taken in (claims there carry none, Crossplane 1.20's conditions neither); a condition's
--- observedGeneration, where the provider sets one (Crossplane 2), is counted in App
--- generations too. So they compare with metadata.generation:
---   an older observedGeneration (top level, or on Ready or Synced) -> Progressing
---   Synced False                                                   -> Degraded, with its message
---   Ready True                                                     -> Healthy
---   anything else (no status yet, Ready False or Unknown)          -> Progressing
+-- klutch-gitops copies the Control Plane's status into the App Cluster copy. Claims carry no
+-- top-level status.observedGeneration (no Crossplane claim CRD declares it). A Ready or Synced
+-- condition's observedGeneration is counted in App generations by klutch-gitops: the App
+-- generation whose spec the Control Plane copy has taken in and whose status reflects it, where
+-- the claim schema declares the field (Crossplane 2); 1.20's claims declare none, so there the
+-- conditions alone count. So, in order:
+--   a top-level observedGeneration of another generation -> Progressing (as Flux reads one;
+--                                                           claims have none)
+--   Synced False about this generation (or saying none) -> Degraded, with its message
+--   Ready or Synced observed another generation         -> Progressing
+--   Ready True                                          -> Healthy
+--   anything else (no status yet, Ready False or Unknown) -> Progressing
 -- Lua 5.1 without the string library, as Argo CD runs it.
 
 local function first(...)
@@ -29,7 +32,7 @@ if status == nil then
 end
 
 local function stale(observed)
-  return generation ~= nil and observed ~= nil and observed < generation
+  return generation ~= nil and observed ~= nil and observed ~= generation
 end
 
 local ready, synced = nil, nil
@@ -43,15 +46,19 @@ if status.conditions ~= nil then
   end
 end
 
-if stale(status.observedGeneration)
-  or (ready ~= nil and stale(ready.observedGeneration))
-  or (synced ~= nil and stale(synced.observedGeneration)) then
-  hs.message = "Waiting for the Control Plane to observe generation " .. generation
+local waiting = "Waiting for the Control Plane to observe generation " .. tostring(generation)
+if stale(status.observedGeneration) then
+  hs.message = waiting
   return hs
 end
-if synced ~= nil and synced.status == "False" then
+if synced ~= nil and synced.status == "False" and not stale(synced.observedGeneration) then
   hs.status = "Degraded"
   hs.message = first(synced.message, synced.reason, "Synced is False")
+  return hs
+end
+if (ready ~= nil and stale(ready.observedGeneration))
+  or (synced ~= nil and stale(synced.observedGeneration)) then
+  hs.message = waiting
   return hs
 end
 if ready ~= nil and ready.status == "True" then
