@@ -110,16 +110,10 @@ class ArgoPeer:
         allow_empty: bool = False,
     ) -> dict:
         """An Application syncing ``path`` of ``repo_url``'s main into ``namespace``, as
-        examples/argocd/application.yaml writes it (server-side apply and server-side diff,
-        ``.klutch`` excluded), after switching argocd-cm to ``tracking`` (``annotation`` or
-        ``label``). Server-side diff: the local structured-merge diff that server-side apply
-        uses otherwise reads the OpenAPI schema Argo CD cached when its cluster cache synced; a
-        claim CRD the reconciler installed seconds before was not in it yet, and the app stayed
-        Unknown (ComparisonError "unable to resolve parseableType for GroupVersionKind
-        anynines.com/v1, Kind=PostgresqlInstance", gitops-engine pkg/cache/cluster.go loads the
-        schema at sync and on CRD events only). ``allow_empty``: automated sync prunes the
-        last resource too (otherwise it refuses: "auto-sync will wipe out all resources",
-        controller/appcontroller.go autoSync)."""
+        examples/argocd/application.yaml writes it (server-side apply, ``.klutch`` excluded),
+        after switching argocd-cm to ``tracking`` (``annotation`` or ``label``).
+        ``allow_empty``: automated sync prunes the last resource too (otherwise it refuses:
+        "auto-sync will wipe out all resources", controller/appcontroller.go autoSync)."""
         self.tracking(tracking)
         spec: dict[str, Any] = {
             "project": "default",
@@ -141,19 +135,19 @@ class ArgoPeer:
         body = {
             "apiVersion": APPLICATIONS.api_version,
             "kind": "Application",
-            "metadata": {
-                "name": name,
-                "namespace": NAMESPACE,
-                "annotations": {"argocd.argoproj.io/compare-options": "ServerSideDiff=true"},
-            },
+            "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": spec,
         }
         return self.app.apply(APPLICATIONS, body, field_manager=MANAGER, force=True)
 
     def await_schema(self, group: str, version: str, kind: str, timeout: float = 60) -> float:
-        """Wait until the App Cluster's OpenAPI v2 document, which Argo CD loads into its
-        cluster cache for diffs, describes ``kind``; the seconds waited. The apiserver publishes
-        a new CRD's schema there a little after the CRD is established."""
+        """Wait until the App Cluster's OpenAPI v2 document describes ``kind``; the seconds
+        waited. Argo CD diffs a server-side applied object against the schema its cluster cache
+        loaded from there (gitops-engine pkg/utils/kube/ctl.go LoadOpenAPISchema), on its first
+        sync of the cluster and on CRD events only (pkg/cache/cluster.go). The apiserver
+        publishes a new CRD's schema a second or two after the CRD is established: an app
+        first synced in between stays Unknown (ComparisonError "unable to resolve
+        parseableType for GroupVersionKind"), with or without ServerSideDiff=true."""
         wanted = {"group": group, "version": version, "kind": kind}
         started = time.monotonic()
         while time.monotonic() - started < timeout:
