@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client
 
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.dev.testkit.claims import POSTGRES, claim
 from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, report_ready
 from klutch_gitops.dev.testkit.wait import TimedOut, eventually
-from klutch_gitops.kube.client import EVENTS
+from klutch_gitops.kube.client import EVENTS, Kube
 from reconciler.sync import objects
 from tests.gitserver import GitServer
 
@@ -35,7 +36,7 @@ TOOLS = {"argocd-controller", "klutch-gitops"}  # the only field managers of an 
 @pytest.fixture(scope="session")
 def argocd(
     stack: StackInfo,
-    clusters: dict,
+    clusters: dict[str, client.ApiClient],
     git_server: GitServer,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ArgoPeer]:
@@ -52,7 +53,9 @@ def argocd(
 
 
 @pytest.fixture
-def tenant(stack: StackInfo, clusters: dict, tmp_path: Path) -> Iterator[Tenant]:
+def tenant(
+    stack: StackInfo, clusters: dict[str, client.ApiClient], tmp_path: Path
+) -> Iterator[Tenant]:
     world = make_tenant(stack, clusters, tmp_path, mode="files", app_sync="external")
     yield world
     world.reconciler.stop()
@@ -244,10 +247,6 @@ def pruned_and_held(argocd: ArgoPeer, tenant: Tenant, app: str) -> None:
     argocd.refresh(app)
     started = time.monotonic()
 
-    def deleting(kube: object, namespace: str, name: str) -> bool:
-        live = kube.get(POSTGRES, namespace, name) or {}  # type: ignore[attr-defined]
-        return bool(live.get("metadata", {}).get("deletionTimestamp"))
-
     eventually(lambda: deleting(tenant.app, tenant.namespace, "db"), "Argo CD's prune", 90)
     eventually(
         lambda: deleting(tenant.control_plane, tenant.mapped, "db"), "the CP copy deleting", 60
@@ -268,6 +267,11 @@ def pruned_and_held(argocd: ArgoPeer, tenant: Tenant, app: str) -> None:
     held = tenant.app.get(POSTGRES, tenant.namespace, "guarded")
     assert objects.FINALIZER in held["metadata"]["finalizers"], held["metadata"]
     print(f"guarded held: {argocd.health(app)}, {argocd.sync_status(app)}")
+
+
+def deleting(kube: Kube, namespace: str, name: str) -> bool:
+    live = kube.get(POSTGRES, namespace, name) or {}
+    return bool(live.get("metadata", {}).get("deletionTimestamp"))
 
 
 def _refused(tenant: Tenant, name: str) -> bool:
