@@ -75,9 +75,9 @@ def argocd(tenant: Tenant, name: str) -> Tool:
 
 
 def argocd_by_label() -> Tool:
-    """Argo CD with its default tracking method, ``label`` (argoproj/argo-cd
-    util/argo/resource_tracking.go: GetTrackingMethod falls back to TrackingMethodLabel, and
-    SetAppInstance then sets only the label, no annotation). The label key is
+    """Argo CD's label tracking (``application.resourceTrackingMethod: label``; since v3 the
+    default is ``annotation``, util/settings/settings.go GetTrackingMethod): SetAppInstance
+    (util/argo/resource_tracking.go) then sets only the label, no annotation. The label key is
     common.LabelKeyAppInstance, ``app.kubernetes.io/instance`` (common/common.go), its value the
     Application's name; the field manager is common.ArgoCDSSAManager, ``argocd-controller``,
     passed by controller/sync.go (sync.WithServerSideApplyManager) to gitops-engine's
