@@ -201,13 +201,14 @@ def status_object(
     refused: str | None = None,
     held: str | None = None,
     stamps: bool = False,
+    top: bool = False,
 ) -> dict | None:
     """The status-subresource apply that copies the Control Plane's ``.status``; None if equal.
 
     ``in_sync``: the Control Plane copy has the App copy's spec; generations are counted in the
     App copy's (``progress.app_generations``: conditions' ``observedGeneration``, written on
     ``Ready`` and ``Synced`` where the provider wrote none only when the App schema declares it,
-    ``stamps``; never a top-level one, which no claim schema declares).
+    ``stamps``; the top-level one only where it declares that, ``top``: the catalog's XRDs do).
     ``refused``: why the pass refused the claim's change; the status then says ``Synced`` False
     (reconciler/sync/events.py) about the App copy's generation, so that health checks fail it
     rather than wait. Our own error is cleared even where the copy has no status.
@@ -223,10 +224,10 @@ def status_object(
         ):
             return None
         status = {}
-    status = progress.app_generations(status, upstream, live_app, in_sync, stamps)
+    status = progress.app_generations(status, upstream, live_app, in_sync, stamps, top)
     if refused is not None:
         status = progress.refused(
-            events.with_refusal(status, refused, live_status, timestamp()), live_app, stamps
+            events.with_refusal(status, refused, live_status, timestamp()), live_app, stamps, top
         )
     if held is not None:
         status = progress.with_held(status, held, live_status, timestamp())

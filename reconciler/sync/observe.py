@@ -48,7 +48,7 @@ def observe(
         target = view.mapping[claim.identity.namespace]
         in_sync = not objects.needs_apply(objects.control_plane_object(claim, target), copy)
         resource = claim_resource(export, claim)
-        mirror_status(view, resource, live, copy, in_sync, told, held, stamps(export, live))
+        mirror_status(view, resource, live, copy, in_sync, told, held, *stamps(export, live))
         copy_secrets(view, claim, live, target, repository)
     left_out = {c.identity for c in mirrored}
     for identity in untold.keys() - left_out:
@@ -79,14 +79,16 @@ def mirror_status(
     told: dict[Identity, str],
     held: dict[Identity, str] | None = None,
     stamped: bool = False,
+    top: bool = False,
 ) -> None:
     """Copy the Control Plane's status to the live App claim, with ``Synced`` False while the
     pass refused its change, ``Ready`` False while its deletion is held; a Warning Event when
     the claim starts telling of a refusal (or tells anew; finalize tells of the held one).
-    ``stamped``: the App schema lets conditions carry ``observedGeneration`` (``stamps``)."""
+    ``stamped``, ``top``: the App schema lets conditions, and the status itself, carry
+    ``observedGeneration`` (``stamps``)."""
     refused = told.get(Identity.of(live))
     holding = (held or {}).get(Identity.of(live))
-    patch = objects.status_object(live, copy, in_sync, refused, holding, stamped)
+    patch = objects.status_object(live, copy, in_sync, refused, holding, stamped, top)
     if patch is None:
         return
     view.apply_app(resource, patch, force=True, status=True)
@@ -119,19 +121,21 @@ def tell_refused(
     body = objects.control_plane_body(objects.mirrored_body(live), target)
     in_sync = not objects.needs_apply(body, copy)
     resource = resource_of(export, _version(live))
-    mirror_status(view, resource, live, copy, in_sync, told, held, stamps(export, live))
+    mirror_status(view, resource, live, copy, in_sync, told, held, *stamps(export, live))
 
 
 def _version(live: dict) -> str | None:
     return str(live.get("apiVersion", "")).rpartition("/")[2] or None
 
 
-def stamps(export: Export, live: dict) -> bool:
-    """Whether the live App claim's version lets its conditions carry ``observedGeneration``:
-    the export's schema, which the App CRD copies (Crossplane 2's claims: yes; 1.20's: no)."""
+def stamps(export: Export, live: dict) -> tuple[bool, bool]:
+    """Whether the live App claim's version lets its conditions, and its status itself, carry
+    ``observedGeneration``: the export's schema, which the App CRD copies (conditions:
+    Crossplane 2's claims yes, 1.20's no; top-level: where the XRD declares it, as the
+    catalog's do on both lines)."""
     version = _version(live)
-    schema = export.schemas.get(version) if version else None
-    return progress.conditions_take_generation(schema or {})
+    schema = (export.schemas.get(version) if version else None) or {}
+    return progress.conditions_take_generation(schema), progress.status_takes_generation(schema)
 
 
 def copy_secrets(view: View, claim: Claim, live: dict, target: str, repository: str) -> None:

@@ -1,14 +1,16 @@
 """How far the App copy of a claim has got, in the terms health checks read: pure decisions.
 
-Flux's CEL status reader (fluxcd/pkg runtime/cel/status_evaluator.go) and our Argo CD Lua
-(catalog/health/argocd/health.lua) call a claim in progress while its ``Ready`` or ``Synced``
-condition's ``observedGeneration`` differs from ``metadata.generation``. We never write a
-top-level ``status.observedGeneration``: no Crossplane claim CRD declares one (1.20's
-internal/xcrd/schemas.go, 2.x's crossplane-runtime pkg/xcrd/schemas.go
-``CompositeResourceStatusProps``), the App CRD is a copy of that schema which Klutch's konnector
-keeps equal, and a server-side apply of an undeclared field fails. Crossplane 2 declares
-``conditions[].observedGeneration``; 1.20 does not, so there the App copy's conditions carry
-none (writing one would fail the same way) and the health checks go by the conditions alone.
+Flux's CEL status reader (fluxcd/pkg runtime/cel/status_evaluator.go) calls an object in
+progress while its top-level ``status.observedGeneration`` differs from ``metadata.generation``,
+before any expression; our expressions and Argo CD Lua (catalog/health/) do the same for the
+``Ready`` and ``Synced`` conditions' ``observedGeneration``. Crossplane's own claim schema
+declares no top-level field (1.20's internal/xcrd/schemas.go, 2.x's
+``CompositeResourceStatusProps``), but it merges an XRD's ``status`` properties into the claim
+CRD it generates (1.20's internal/xcrd/crd.go ``genCrdVersion``), and the catalog's XRDs declare
+``observedGeneration``; the App CRD is the export's copy of that schema, which Klutch's
+konnector keeps equal, and a server-side apply of an undeclared field fails. So each field is
+written exactly where the App schema declares it: the top-level one wherever the catalog's XRDs
+are applied (both Crossplane lines), the conditions' on Crossplane 2 only.
 A deletion-protected claim whose deletion we hold says ``Ready`` False, so that nobody reads
 the service as fine.
 """
@@ -61,6 +63,16 @@ def conditions_take_generation(schema: Mapping[str, Any]) -> bool:
     return "observedGeneration" in _properties(items) or items.get(PRESERVE) is True
 
 
+def status_takes_generation(schema: Mapping[str, Any]) -> bool:
+    """Whether a claim schema declares a top-level ``status.observedGeneration``: the catalog's
+    XRDs do on every Crossplane line (Crossplane copies an XRD's status properties into the
+    claim CRD); a claim kind without it (another platform's XRD) gets none written."""
+    status = _properties(schema).get("status")
+    if not isinstance(status, Mapping):
+        return False
+    return "observedGeneration" in _properties(status) or status.get(PRESERVE) is True
+
+
 def reflects_generation(upstream: Mapping[str, Any]) -> bool:
     """Whether the Control Plane copy's status is about its current generation: its controller
     says so where it says anything (top-level ``observedGeneration``, ``Synced``'s); a copy
@@ -78,18 +90,26 @@ def reflects_generation(upstream: Mapping[str, Any]) -> bool:
 
 
 def observed_generation(
-    upstream: Mapping[str, Any], live_app: Mapping[str, Any], in_sync: bool, kind: str = READY
+    upstream: Mapping[str, Any],
+    live_app: Mapping[str, Any],
+    in_sync: bool,
+    kind: str | None = READY,
 ) -> int | None:
-    """What the App copy's ``kind`` condition says it observed, where the provider said
-    nothing: the App ``generation`` once the Control Plane copy has its spec (``in_sync``) and
-    that copy's status reflects it; otherwise the live App condition's value, or the
-    generation before (an unconfirmed change stays in progress). None without a generation."""
+    """What the App copy's ``kind`` condition (None: its top-level status) says it observed,
+    where the provider said nothing: the App ``generation`` once the Control Plane copy has its
+    spec (``in_sync``) and that copy's status reflects it; otherwise the live App's previous
+    value, or the generation before (an unconfirmed change stays in progress). None without a
+    generation. On Crossplane 1.20 the copy's status counts no generation at all, so
+    "reflects it" can only mean the copy has the spec: the claim reads current from the pass
+    that saw its spec taken in, before Crossplane has acted on it (its conditions then tell)."""
     generation = _generation(live_app)
     if generation is None:
         return None
     if in_sync and reflects_generation(upstream):
         return generation
-    previous = _int((_condition(live_app.get("status"), kind) or {}).get("observedGeneration"))
+    status = live_app.get("status")
+    held = status if kind is None else _condition(status, kind)
+    previous = _int((held or {}).get("observedGeneration"))
     return previous if previous is not None else max(generation - 1, 0)
 
 
@@ -99,14 +119,16 @@ def app_generations(
     live_app: Mapping[str, Any],
     in_sync: bool,
     stamps: bool = False,
+    top: bool = False,
 ) -> dict[str, Any]:
     """The Control Plane's status counted in App generations (the copies' generations differ:
     a recreated copy starts at 1). A condition the provider stamped gets the App generation
     when current (the copy has the App spec and the condition observed the copy's
     generation), else the App generation - 1. ``Ready`` and ``Synced`` without one get
     ``observed_generation``'s only when the App schema declares it (``stamps``,
-    ``conditions_take_generation``). A top-level ``observedGeneration`` is dropped, never
-    written: no claim schema declares it."""
+    ``conditions_take_generation``). The copy's top-level ``observedGeneration`` counts its
+    own generations, so it is dropped; ours is written, by the same rule, only where the App
+    schema declares it (``top``, ``status_takes_generation``)."""
     result = copy.deepcopy(dict(status))
     result.pop("observedGeneration", None)
     upstream_generation, app_generation = _generation(upstream), _generation(live_app)
@@ -125,17 +147,25 @@ def app_generations(
             ours = observed_generation(upstream, live_app, in_sync, condition["type"])
             if ours is not None:
                 condition["observedGeneration"] = ours
+    if top:
+        result["observedGeneration"] = observed_generation(upstream, live_app, in_sync, None)
     return result
 
 
-def refused(status: dict[str, Any], live_app: Mapping[str, Any], stamps: bool) -> dict[str, Any]:
+def refused(
+    status: dict[str, Any], live_app: Mapping[str, Any], stamps: bool, top: bool = False
+) -> dict[str, Any]:
     """A status that says the App copy's change was refused is about its current generation:
-    its ``Synced`` condition observed (and refused) it, so Flux and Argo CD report it failed
-    instead of waiting; only where the App schema declares the field (``stamps``)."""
+    its ``Synced`` condition observed (and refused) it, and so did the status as a whole (Flux
+    reads a top-level value first and would wait), so Flux and Argo CD report it failed
+    instead of waiting; each only where the App schema declares the field (``stamps``,
+    ``top``)."""
     generation = _generation(live_app)
     synced = _condition(status, SYNCED)
     if stamps and generation is not None and isinstance(synced, dict):
         synced["observedGeneration"] = generation
+    if top and generation is not None:
+        status["observedGeneration"] = generation
     return status
 
 

@@ -2,11 +2,17 @@
 reconciler/sync/progress.py and the observe stage writing them, against the claim schemas
 Crossplane generates: 2.x declares ``status.conditions[].observedGeneration``
 (crossplane-runtime v2.4.0 pkg/xcrd/schemas.go ``CompositeResourceStatusProps``), 1.20 does
-not (crossplane v1.20.13 internal/xcrd/schemas.go), and neither declares a top-level one."""
+not (crossplane v1.20.13 internal/xcrd/schemas.go), and neither declares a top-level one of
+its own; both copy an XRD's ``status`` properties into the claim CRD (crossplane v1.20.13
+internal/xcrd/crd.go ``genCrdVersion``: ``maps.Copy(cStatus.Properties, xStatus.Properties)``),
+so the catalog's XRDs, which declare ``observedGeneration``, give both lines a top-level one."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from klutch_gitops.manifests import Export
 from reconciler.sync import objects, progress
@@ -26,20 +32,25 @@ CONDITION_PROPS = {
 }
 
 
-def claim_schema(condition_props: dict) -> dict:
-    """A claim CRD's schema as Crossplane generates its status part."""
+def claim_schema(condition_props: dict, xrd_status: dict | None = None) -> dict:
+    """A claim CRD's schema as Crossplane generates its status part, with an XRD's status
+    properties merged in."""
     conditions = {
         "type": "array",
         "x-kubernetes-list-type": "map",
         "x-kubernetes-list-map-keys": ["type"],
         "items": {"type": "object", "properties": condition_props},
     }
-    status = {"type": "object", "properties": {"conditions": conditions}}
+    status = {"type": "object", "properties": {**(xrd_status or {}), "conditions": conditions}}
     return {"type": "object", "properties": {"spec": {"type": "object"}, "status": status}}
 
 
 V1_20 = claim_schema(CONDITION_PROPS)
 V2 = claim_schema({**CONDITION_PROPS, "observedGeneration": {"type": "integer"}})
+TOP = {"observedGeneration": {"type": "integer", "format": "int64"}}
+V1_20_CATALOG = claim_schema(CONDITION_PROPS, TOP)
+V2_CATALOG = claim_schema({**CONDITION_PROPS, "observedGeneration": {"type": "integer"}}, TOP)
+XRDS = Path(__file__).resolve().parents[2] / "catalog" / "xrds"
 
 
 def app(generation: int, ready_observed: int | None = None) -> dict:
@@ -86,9 +97,9 @@ def test_an_unconfirmed_change_keeps_the_live_conditions_value() -> None:
     assert progress.observed_generation(copy(4), app(3, 2), False, progress.SYNCED) == 2
 
 
-def test_top_level_observed_generation_is_never_written() -> None:
+def test_the_top_level_generation_is_written_only_where_the_schema_declares_it() -> None:
     upstream = copy(9)
-    upstream["status"]["observedGeneration"] = 9
+    upstream["status"]["observedGeneration"] = 9  # the copy's own generations: never ours
     for in_sync in (True, False):
         for stamps in (True, False):
             status = progress.app_generations(
@@ -96,6 +107,41 @@ def test_top_level_observed_generation_is_never_written() -> None:
             )
             assert "observedGeneration" not in status
     assert upstream["status"]["observedGeneration"] == 9  # the cache is never changed
+
+
+def test_which_schemas_declare_a_top_level_generation() -> None:
+    assert progress.status_takes_generation(V1_20_CATALOG)
+    assert progress.status_takes_generation(V2_CATALOG)
+    assert not progress.status_takes_generation(V1_20)
+    assert not progress.status_takes_generation(V2)
+    assert not progress.status_takes_generation({})
+    preserved = {"properties": {"status": {"x-kubernetes-preserve-unknown-fields": True}}}
+    assert progress.status_takes_generation(preserved)
+
+
+@pytest.mark.parametrize("path", sorted(XRDS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_catalog_xrd_gives_its_claims_a_top_level_generation(path: Path) -> None:
+    xrd = yaml.safe_load(path.read_text())
+    for version in xrd["spec"]["versions"]:
+        status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+        assert status["observedGeneration"]["type"] == "integer", (path.name, version["name"])
+        assert status["observedGeneration"]["format"] == "int64"
+        assert progress.status_takes_generation(claim_schema(CONDITION_PROPS, status))
+
+
+def test_the_top_level_generation_follows_the_conditions_rules() -> None:
+    in_sync = progress.app_generations(copy(4)["status"], copy(4), app(2, 1), True, top=True)
+    assert in_sync["observedGeneration"] == 2  # 1.20: the copy has the spec, nothing else tells
+    assert "observedGeneration" not in by_type(in_sync)["Ready"]  # conditions: not declared
+    behind = copy(4, synced_observed=3)  # the provider has not observed the copy's spec yet
+    stale = progress.app_generations(behind["status"], behind, app(2), True, top=True)
+    assert stale["observedGeneration"] == 1
+    live = app(3, ready_observed=1)
+    live["status"]["observedGeneration"] = 2  # the previous value is the top-level one
+    kept = progress.app_generations(copy(4)["status"], copy(4), live, False, top=True)
+    assert kept["observedGeneration"] == 2
+    fresh = progress.app_generations(copy(4)["status"], copy(4), app(3, 3), False, top=True)
+    assert fresh["observedGeneration"] == 2  # nothing said before: the generation before
 
 
 def test_stamps_ready_and_synced_only_where_the_schema_declares_it() -> None:
@@ -127,8 +173,24 @@ def test_a_refusal_stamps_synced_with_the_app_generation() -> None:
     assert "observedGeneration" not in progress.refused(status, app(3), False)["conditions"][0]
 
 
-@pytest.mark.parametrize(("schema", "stamped"), [(V2, True), (V1_20, False)])
-def test_observe_stamps_by_the_exports_schema(schema: dict, stamped: bool) -> None:
+def test_a_refusal_stamps_the_top_level_generation_where_declared() -> None:
+    def synced() -> dict:
+        return {"conditions": [{"type": "Synced", "status": "False", "reason": "ReconcileError"}]}
+
+    assert progress.refused(synced(), app(3), False, top=True)["observedGeneration"] == 3
+    assert "observedGeneration" not in progress.refused(synced(), app(3), True, top=False)
+
+
+@pytest.mark.parametrize(
+    ("schema", "stamped", "top"),
+    [
+        (V2, True, False),
+        (V1_20, False, False),
+        (V2_CATALOG, True, True),
+        (V1_20_CATALOG, False, True),
+    ],
+)
+def test_observe_stamps_by_the_exports_schema(schema: dict, stamped: bool, top: bool) -> None:
     view = FakeView([Export(GROUP, KIND, PLURAL, schemas={"v1": schema})], REPO)
     view.mapping[APP_NS] = CP_NS
     db = claim("db")
@@ -139,6 +201,6 @@ def test_observe_stamps_by_the_exports_schema(schema: dict, stamped: bool) -> No
     view.put_cp(upstream)
     observe(view, DesiredState((db,), ()), (db,), REPO)
     status = view.app[(KIND, APP_NS, "db")]["status"]
-    assert "observedGeneration" not in status
+    assert status.get("observedGeneration") == (3 if top else None)
     ready = by_type(status)["Ready"]
     assert ready.get("observedGeneration") == (3 if stamped else None)
