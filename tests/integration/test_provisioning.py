@@ -4,7 +4,11 @@ stack's PostgreSQL server, and back: Ready in the App claim and in a status comm
 the App Cluster that connect; Backup and Restore bring rows back; deleting drops the database.
 
 It runs on both Crossplane lines (catalogstack ``line_stack``): 2.x, the session stack's, and 1.20,
-the line Klutch supports today, with the same Compositions and function.
+the line Klutch supports today, with the same Compositions and function. On both, the claim CRD
+Crossplane generates declares the top-level ``status.observedGeneration`` the catalog's XRDs
+declare (crossplane v1.20.13 internal/xcrd/crd.go ``genCrdVersion`` merges an XRD's status
+properties into the claim's), and a Ready App claim says it observed its own generation, which
+Flux (fluxcd/pkg runtime/cel/status_evaluator.go) and our Argo CD Lua read first.
 """
 
 from __future__ import annotations
@@ -114,10 +118,29 @@ def rows(uri: str) -> list[tuple]:
         return connection.execute("SELECT id, item FROM orders ORDER BY id").fetchall()
 
 
+def declares_observed_generation(crd: dict) -> bool:
+    return all(
+        "observedGeneration"
+        in version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+        for version in crd["spec"]["versions"]
+    )
+
+
+def observed_current(kube: Kube, kind: str, namespace: str, name: str) -> bool:
+    """The App claim's top-level ``status.observedGeneration`` is its generation."""
+    live = kube.get(claims(kind), namespace, name) or {}
+    observed = (live.get("status") or {}).get("observedGeneration")
+    return observed is not None and observed == live["metadata"]["generation"]
+
+
 def test_a_pushed_claim_becomes_a_database_with_backup_restore_and_deletion(
-    tenant: Tenant, line_stack: StackInfo
+    tenant: Tenant, line_stack: StackInfo, catalog: list[dict]
 ) -> None:
     stack, ns = line_stack, tenant.namespace
+    undeclared = [
+        crd["metadata"]["name"] for crd in catalog if not declares_observed_generation(crd)
+    ]
+    assert not undeclared, f"claim CRDs without status.observedGeneration: {undeclared}"
     instance = manifest(
         "PostgresqlInstance",
         "orders",
@@ -144,6 +167,14 @@ def test_a_pushed_claim_becomes_a_database_with_backup_restore_and_deletion(
         ),
         "Ready in the App claims",
         timeout=PROVISIONING,
+    )
+    eventually(
+        lambda: (
+            observed_current(tenant.app, "PostgresqlInstance", ns, "orders")
+            and observed_current(tenant.app, "ServiceBinding", ns, "orders-app")
+        ),
+        "status.observedGeneration == metadata.generation in the App claims",
+        timeout=30,
     )
     database = f"{tenant.mapped}-orders"
     assert database in databases(stack)
