@@ -1,13 +1,11 @@
 -- Argo CD health check for Klutch's claims (every kind of anynines.com).
 --
--- klutch-gitops copies the Control Plane's status into the App Cluster copy. Claims carry no
--- top-level status.observedGeneration (no Crossplane claim CRD declares it). A Ready or Synced
--- condition's observedGeneration is counted in App generations by klutch-gitops: the App
--- generation whose spec the Control Plane copy has taken in and whose status reflects it, where
--- the claim schema declares the field (Crossplane 2); 1.20's claims declare none, so there the
--- conditions alone count. So, in order:
---   a top-level observedGeneration of another generation -> Progressing (as Flux reads one;
---                                                           claims have none)
+-- klutch-gitops copies the Control Plane's status into the App Cluster copy and writes the
+-- top-level status.observedGeneration the catalog's XRDs declare (Crossplane merges them into the
+-- claim CRD on 1.20 and 2.x): the App generation whose spec the Control Plane copy has taken in.
+-- A Ready or Synced condition's observedGeneration is counted the same way, where the claim schema
+-- declares the field (Crossplane 2); 1.20's conditions carry none. So, in order:
+--   a top-level observedGeneration of another generation -> Progressing (as Flux reads it)
 --   Synced False about this generation (or saying none) -> Degraded, with its message
 --   Ready or Synced observed another generation         -> Progressing
 --   Ready True                                          -> Healthy
