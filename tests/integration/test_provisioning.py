@@ -19,12 +19,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import yaml
 from kubernetes import client
 
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
 from klutch_gitops.dev.testkit.wait import eventually
-from klutch_gitops.kube.client import SECRETS, Kube, Resource
+from klutch_gitops.kube.client import CRDS, SECRETS, Kube, Resource
+from reconciler.manager import Reconciler
 
 from .catalogstack import (
     LINE_IDS,
@@ -32,6 +34,7 @@ from .catalogstack import (
     clusters_for_line,
     conditions,
     local_claim_crds,
+    local_instance,
     stack_for_line,
 )
 
@@ -267,3 +270,88 @@ def test_a_pushed_claim_becomes_a_database_with_backup_restore_and_deletion(
         "the claims to be gone from both clusters",
         timeout=PROVISIONING,
     )
+
+
+FLUX_LABELS = {  # what kustomize-controller sets on what it applies (test_external_sync's FLUX)
+    "kustomize.toolkit.fluxcd.io/name": "team-data",
+    "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+}
+
+
+def served(kube: Kube, kind: str) -> bool:
+    """The App Cluster serves the claim kind (the reconciler installs the export's CRD)."""
+    crd = kube.get(CRDS, None, f"{KINDS[kind]}.{GROUP}") or {}
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+def flux_apply(kube: Kube, text: str) -> dict:
+    """Apply a claim as Flux's kustomize-controller does: server-side, its field manager."""
+    doc = yaml.safe_load(text)
+    doc["metadata"]["labels"] = dict(FLUX_LABELS)
+    return kube.apply(claims("PostgresqlInstance"), doc, field_manager="kustomize-controller")
+
+
+def test_a_spec_change_is_in_progress_until_the_control_plane_copy_has_it(
+    line_stack: StackInfo,
+    line_clusters: dict[str, client.ApiClient],
+    catalog: list[dict],
+    tmp_path: Path,
+) -> None:
+    """``appSync: external``, Flux applying: a change the reconciler has not taken to the Control
+    Plane yet (it is held back, as tests/peers/test_flux_progress.py does) shows as in progress,
+    ``status.observedGeneration`` below ``metadata.generation``, which Flux reads before any
+    health expression (fluxcd/pkg runtime/cel/status_evaluator.go); on 1.20 nothing else in
+    the status could say so. Once the reconciler runs again, the generation is observed only
+    with the new spec on the Control Plane copy."""
+    tenant = make_tenant(
+        line_stack, line_clusters, tmp_path, mode="files", claim_crds=catalog, app_sync="external"
+    )
+    ns, kind = tenant.namespace, "PostgresqlInstance"
+    caught_up: Reconciler | None = None
+    try:
+        tenant.push({"claims/held.yaml": local_instance("held", ns, "postgresql-single-nano")})
+        eventually(lambda: served(tenant.app, kind), "the claim kind in the App Cluster")
+        flux_apply(tenant.app, local_instance("held", ns, "postgresql-single-nano"))
+        eventually(
+            lambda: (
+                ready(tenant.app, kind, ns, "held")
+                and observed_current(tenant.app, kind, ns, "held")
+            ),
+            "Ready and observed in the App claim",
+            timeout=PROVISIONING,
+        )
+        tenant.reconciler.stop()  # the reconciler falls behind (down, busy, far away)
+        bigger = local_instance("held", ns, "postgresql-single-small")
+        tenant.push({"claims/held.yaml": bigger}, "a bigger plan")
+        live = flux_apply(tenant.app, bigger)
+        generation = live["metadata"]["generation"]
+        assert live["status"]["observedGeneration"] == generation - 1, live["status"]
+        assert not observed_current(tenant.app, kind, ns, "held")
+
+        caught_up = Reconciler(tenant.config)
+        caught_up.start()
+
+        def observed_copy() -> dict | None:
+            """The CP copy as it is once the App claim says it observed its generation (read
+            after: a spec taken in stays taken in)."""
+            if not observed_current(tenant.app, kind, ns, "held"):
+                return None
+            return tenant.control_plane.get(claims(kind), tenant.mapped, "held")
+
+        copy = eventually(observed_copy, "the new generation observed", timeout=PROVISIONING)
+        assert copy["spec"]["plan"] == "postgresql-single-small"
+        print(f"observed generation {generation} after the reconciler caught up")
+        tenant.app.delete(claims(kind), ns, "held")  # Flux prunes; the reconciler holds it
+        eventually(
+            lambda: (
+                tenant.app.get(claims(kind), ns, "held") is None
+                and tenant.control_plane.get(claims(kind), tenant.mapped, "held") is None
+            ),
+            "the claim gone from both clusters",
+            timeout=PROVISIONING,
+        )
+    finally:
+        if caught_up is not None:
+            caught_up.stop()
+        tenant.reconciler.stop()
