@@ -256,7 +256,7 @@ def test_fixed_the_claim_shows_the_providers_synced_again() -> None:
     assert refused is not None
     fixed = objects.status_object({**LIVE, "status": refused["status"]}, COPY)
     assert fixed is not None
-    assert fixed["status"] == PROVIDER  # never a top-level observedGeneration: undeclared
+    assert fixed["status"] == PROVIDER  # no top-level observedGeneration: this schema lacks it
 
 
 def test_without_a_provider_status_only_our_own_condition_is_written_and_cleared() -> None:
@@ -267,5 +267,5 @@ def test_without_a_provider_status_only_our_own_condition_is_written_and_cleared
     assert [c["type"] for c in refused["status"]["conditions"]] == ["Synced"]
     cleared = objects.status_object({**LIVE, "status": refused["status"]}, bare)
     assert cleared is not None
-    assert cleared["status"] == {}  # never a top-level observedGeneration: undeclared
+    assert cleared["status"] == {}  # no top-level observedGeneration: this schema lacks it
     assert objects.status_object({**LIVE, "status": {}}, bare) is None

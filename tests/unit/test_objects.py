@@ -259,7 +259,7 @@ def test_status_generations_are_counted_in_app_generations() -> None:
     live = tool_applied()  # generation 2
     live.pop("status")
     patch = objects.status_object(live, upstream, in_sync=True)
-    assert "observedGeneration" not in patch["status"]  # no claim schema declares it
+    assert "observedGeneration" not in patch["status"]  # not declared in this schema (top=False)
     assert patch["status"]["conditions"][0]["observedGeneration"] == 2
     # the copy does not have the App spec yet: conditions count one generation behind
     stale = objects.status_object(live, upstream, in_sync=False)

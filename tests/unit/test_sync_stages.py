@@ -364,7 +364,7 @@ def test_observe_copies_status_and_secrets_and_reports_git_the_status() -> None:
     assert statuses == (
         ObservedStatus(db.identity, f"{GROUP}/v1", {"phase": "Ready"}, "claims/db.yaml", 0),
     )
-    # no conditions to stamp, and never a top-level observedGeneration (no claim schema has it)
+    # no conditions to stamp, and no top-level observedGeneration (not declared in this schema)
     assert view.app[(KIND, APP_NS, "db")]["status"] == {"phase": "Ready"}
     secret = view.app[("Secret", APP_NS, "s")]
     assert secret["data"] == {"k": "dg=="}
