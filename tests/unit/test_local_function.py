@@ -19,8 +19,9 @@ import yaml
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from klutch_gitops.dev.function import composers
-from klutch_gitops.dev.function.composers import CompositionError, compose
+from klutch_gitops.dev.function import composers, registry
+from klutch_gitops.dev.function.composers import CompositionError
+from klutch_gitops.dev.function.registry import compose
 from klutch_gitops.dev.function.server import run
 
 pytestmark = pytest.mark.unit
@@ -169,7 +170,8 @@ def test_template_copies_composite_fields_onto_its_base() -> None:
 
 
 def test_the_namespaced_flavours_composers_are_registered() -> None:
-    assert {"namespaced-postgresql", "namespaced-servicebinding"} <= set(composers.COMPOSERS)
+    assert {"namespaced-postgresql", "namespaced-servicebinding"} <= set(registry.COMPOSERS)
+    assert set(composers.COMPOSERS) <= set(registry.COMPOSERS)
 
 
 def request(composite: dict, step: dict, observed: dict[str, tuple[dict, dict]]) -> Any:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from klutch_gitops.dev.function import namespaced
-from klutch_gitops.dev.function.namespaced import NamespacedCompositionError
+from klutch_gitops.dev.function.composers import CompositionError
 from klutch_gitops.dev.local_provider import api
 
 pytestmark = pytest.mark.unit
@@ -112,7 +112,7 @@ def test_a_backup_dumps_the_instance_and_a_restore_reads_the_dump() -> None:
     ],
 )
 def test_what_cannot_be_composed_is_named(composer: Any, obj: dict[str, Any], message: str) -> None:
-    with pytest.raises(NamespacedCompositionError, match=message):
+    with pytest.raises(CompositionError, match=message):
         composer(obj, {})
 
 

@@ -8,15 +8,13 @@ restores find the database by the claim's ``instanceRef``. A field those patches
 ``Required``) and the composite lacks is a ``CompositionError`` naming it, which the server
 returns as a fatal result, as a failed Required patch stopped the Resources-mode composition.
 
-A composer is picked by the step input's ``compose`` field; another module adds its own to
-``COMPOSERS`` by defining ``COMPOSERS`` in ``klutch_gitops.dev.function.namespaced``, which is
-merged here when it exists.
+A composer is picked by the step input's ``compose`` field (``registry.py``, which also serves
+the namespaced flavour's composers).
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 import re
 from collections.abc import Callable
 from typing import Any
@@ -44,15 +42,18 @@ class CompositionError(ValueError):
     """The composite lacks what the composition needs: the message names the field."""
 
 
-def _xr_name(xr: dict) -> str:
-    return (xr.get("metadata") or {}).get("name", "?")
+def describe(xr: dict) -> str:
+    """``Kind namespace/name`` of a namespaced composite, ``Kind name`` of a cluster one."""
+    meta = xr.get("metadata") or {}
+    namespace = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{xr.get('kind', 'composite')} {namespace}{meta.get('name', '?')}"
 
 
 def _label(xr: dict, key: str) -> str:
     value = ((xr.get("metadata") or {}).get("labels") or {}).get(key)
     if not value:
         raise CompositionError(
-            f"{xr.get('kind', 'composite')} {_xr_name(xr)}: metadata.labels[{key}] is missing; "
+            f"{describe(xr)}: metadata.labels[{key}] is missing; "
             "the local backend composes claims only (create a claim, not the composite)"
         )
     return str(value)
@@ -61,9 +62,7 @@ def _label(xr: dict, key: str) -> str:
 def _spec(xr: dict, field: str) -> Any:
     value = (xr.get("spec") or {}).get(field)
     if value in (None, ""):
-        raise CompositionError(
-            f"{xr.get('kind', 'composite')} {_xr_name(xr)}: spec.{field} is missing"
-        )
+        raise CompositionError(f"{describe(xr)}: spec.{field} is missing")
     return value
 
 
@@ -99,7 +98,7 @@ def connection_limit(xr: dict) -> int:
     size = re.search(r"[a-z]+$", str(plan))
     if size is None or size.group(0) not in PLAN_CONNECTIONS:
         raise CompositionError(
-            f"{xr.get('kind', 'composite')} {_xr_name(xr)}: spec.plan {plan!r} does not end in "
+            f"{describe(xr)}: spec.plan {plan!r} does not end in "
             f"a size the local backend knows ({', '.join(PLAN_CONNECTIONS)})"
         )
     return PLAN_CONNECTIONS[size.group(0)]
@@ -186,32 +185,6 @@ COMPOSERS: dict[str, Composer] = {
     "restore": restore,
     "template": template,
 }
-
-
-def _merge_namespaced() -> None:
-    """The namespaced-XR flavour's composers, when that module is there."""
-    try:
-        namespaced = importlib.import_module("klutch_gitops.dev.function.namespaced")
-    except ModuleNotFoundError as error:
-        if error.name != "klutch_gitops.dev.function.namespaced":
-            raise
-        return
-    COMPOSERS.update(namespaced.COMPOSERS)
-
-
-_merge_namespaced()
-
-
-def compose(xr: dict, step_input: dict) -> dict[str, dict]:
-    """The desired composed resources for ``xr``, by the composer ``step_input`` names."""
-    name = step_input.get("compose")
-    composer = COMPOSERS.get(str(name))
-    if composer is None:
-        raise CompositionError(
-            f"the Composition's function input names compose: {name!r}; "
-            f"function-klutch-local composes one of: {', '.join(sorted(COMPOSERS))}"
-        )
-    return composer(xr, step_input)
 
 
 def is_ready(observed: dict | None, step_input: dict) -> bool:

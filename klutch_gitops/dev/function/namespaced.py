@@ -18,39 +18,26 @@ field uses.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from typing import Any
 
-Composer = Callable[[dict, dict], dict[str, dict]]  # as in klutch_gitops.dev.function.composers
+from klutch_gitops.dev.function.composers import (
+    DATABASE_PARAMETERS,
+    Composer,
+    CompositionError,
+    connection_limit,
+    describe,
+)
 
 API_VERSION = "postgresql.m.local.klutch.anynines.com/v1alpha1"
 PROVIDER_CONFIG = {"kind": "ClusterProviderConfig", "name": "local-postgresql"}
 EXTERNAL_NAME = "crossplane.io/external-name"
-PLAN_CONNECTIONS = {"nano": 10, "small": 25, "medium": 50, "big": 100}
-DEFAULT_CONNECTIONS = 10
-DATABASE_PARAMETERS = (
-    "statementTimeout",
-    "tempFileLimit",
-    "idleInTransactionSessionTimeout",
-    "workMem",
-)
-
-
-class NamespacedCompositionError(ValueError):
-    """The XR lacks what the composition needs: the message names the XR and the field."""
-
-
-def _what(xr: dict) -> str:
-    meta = xr.get("metadata") or {}
-    return f"{xr.get('kind', 'composite')} {meta.get('namespace', '?')}/{meta.get('name', '?')}"
 
 
 def _ref(xr: dict, field: str, kind: str) -> str:
     value = (xr.get("spec") or {}).get(field)
     if not value:
-        raise NamespacedCompositionError(
-            f"{_what(xr)}: spec.{field} is missing (the {kind} to use, in this namespace)"
+        raise CompositionError(
+            f"{describe(xr)}: spec.{field} is missing (the {kind} to use, in this namespace)"
         )
     return str(value)
 
@@ -59,8 +46,8 @@ def server_name(xr: dict, name: str) -> str:
     """``<XR namespace>-<name>``: a database or role name no other namespace composes."""
     namespace = (xr.get("metadata") or {}).get("namespace")
     if not namespace:
-        raise NamespacedCompositionError(
-            f"{_what(xr)} has no namespace: the namespaced flavour composes namespaced XRs "
+        raise CompositionError(
+            f"{describe(xr)} has no namespace: the namespaced flavour composes namespaced XRs "
             "(apiextensions.crossplane.io/v2, scope Namespaced); cluster-scoped claims use "
             "the local-* Compositions"
         )
@@ -75,25 +62,6 @@ def managed(kind: str, external_name: str, spec: dict[str, Any]) -> dict:
         "metadata": {"annotations": {EXTERNAL_NAME: external_name}},
         "spec": {"providerConfigRef": dict(PROVIDER_CONFIG), **spec},
     }
-
-
-def connection_limit(xr: dict) -> int:
-    """``parameters.maxConnections`` if set, else the plan size's limit (the legacy flavour's
-    rule, so a plan means the same in both)."""
-    spec = xr.get("spec") or {}
-    parameters = spec.get("parameters") or {}
-    if parameters.get("maxConnections") is not None:
-        return int(parameters["maxConnections"])
-    plan = spec.get("plan")
-    if plan is None:
-        return DEFAULT_CONNECTIONS
-    size = re.search(r"[a-z]+$", str(plan))
-    if size is None or size.group(0) not in PLAN_CONNECTIONS:
-        raise NamespacedCompositionError(
-            f"{_what(xr)}: spec.plan {plan!r} does not end in a size the local backend knows "
-            f"({', '.join(PLAN_CONNECTIONS)})"
-        )
-    return PLAN_CONNECTIONS[size.group(0)]
 
 
 def postgresql(xr: dict, step_input: dict) -> dict[str, dict]:

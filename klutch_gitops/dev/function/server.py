@@ -18,7 +18,8 @@ from crossplane.function import resource, response, runtime
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
-from klutch_gitops.dev.function.composers import compose, connection_details, is_ready
+from klutch_gitops.dev.function.composers import connection_details, is_ready
+from klutch_gitops.dev.function.registry import compose
 
 NAME = "function-klutch-local"
 log = logging.getLogger(NAME)
@@ -34,7 +35,7 @@ def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     try:
         desired = compose(xr, step_input)
         ready = {name: is_ready(observed(req, name), step_input) for name in desired}
-    except ValueError as error:  # CompositionError, and the namespaced flavour's own
+    except ValueError as error:  # CompositionError, or a value a composer cannot convert
         response.fatal(rsp, str(error))
         return rsp
     for name, manifest in desired.items():
