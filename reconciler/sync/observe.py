@@ -3,6 +3,8 @@ the statuses Git gets."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from klutch_gitops.kube.client import SECRETS, Resource
 from klutch_gitops.manifests import Claim, Export, Identity, Rejection
 from reconciler.sync import events, objects, progress
@@ -26,6 +28,7 @@ def observe(
     mirrored: tuple[Claim, ...],
     repository: str,
     problems: tuple[Rejection, ...] = (),
+    konnector_kinds: Collection[str] = (),
 ) -> tuple[ObservedStatus, ...]:
     """Copy status and provider-owned Secrets to the mirrored App objects; return what Git
     gets (the status of every claim Git holds).
@@ -34,7 +37,8 @@ def observe(
     ``problems`` (its apply failed); one left out tells the loader's refusal (its document was
     refused, so the live claim keeps its old spec), never another stage's: a kind a foreign
     konnector serves or another repository's object is not ours to write status on.
-    An object whose deletion the pass holds (prune.deletion_held) says ``Ready`` False."""
+    An object whose deletion the pass holds (prune.deletion_held) says ``Ready`` False.
+    ``konnector_kinds``: the exports (by name) a konnector of Klutch's serves."""
     held = events.refusals_by_claim(tuple(p for p in problems if p.field == HELD_FIELD))
     told = events.refusals_by_claim(tuple(p for p in problems if p.field != HELD_FIELD))
     statuses = tuple(observed(view, claim, held) for claim in desired.claims)
@@ -48,7 +52,10 @@ def observe(
         target = view.mapping[claim.identity.namespace]
         in_sync = not objects.needs_apply(objects.control_plane_object(claim, target), copy)
         resource = claim_resource(export, claim)
-        mirror_status(view, resource, live, copy, in_sync, told, held, *stamps(export, live))
+        # Klutch's konnector writes the App status of a kind it serves too, copying the Control
+        # Plane's as it is: our generation marks there would have the two rewrite each other.
+        marks = (False, False) if export.name in konnector_kinds else stamps(export, live)
+        mirror_status(view, resource, live, copy, in_sync, told, held, *marks)
         copy_secrets(view, claim, live, target, repository)
     left_out = {c.identity for c in mirrored}
     for identity in untold.keys() - left_out:

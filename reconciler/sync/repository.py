@@ -154,7 +154,8 @@ class RepositorySync:
             )
             problems += holding
             outcome = PassOutcome(head, len(mirrored), desired.rejections, tuple(problems))
-            statuses = observe(view, desired, mirrored, self.name, outcome.stage_problems)
+            served = {n for n, v in self.konnectors.items() if v.state is not konnector.State.NONE}
+            statuses = observe(view, desired, mirrored, self.name, outcome.stage_problems, served)
             self._schedule_write_back(desired, statuses, problems)
             self.last_pass = outcome
             self._again(pending, retry=bool(refused_applies))
