@@ -24,13 +24,17 @@ from klutch_gitops.dev.testkit.claims import POSTGRES, claim
 from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import FIELD_MANAGER, Kube, KubeError, api_client
+from klutch_gitops.kube.crds import install_crds, load_crds
 from reconciler.sync.objects import REPOSITORY_LABEL
 
-from .test_konnector import Konnector, provide
+from .test_konnector import API, KLUTCH_BIND, SERVICE_BINDINGS, Konnector, provide
+from .test_konnector import app_binding as app_binding  # a fixture
 
 
 @pytest.fixture
 def tenant(stack, clusters, tmp_path: Path) -> Iterator[Tenant]:
+    """A bound consumer, and the App Cluster's APIServiceBinding CRD, as test_konnector's."""
+    install_crds(clusters["app"], load_crds(cluster="app"))
     world = make_tenant(stack, clusters, tmp_path)
     yield world
     world.reconciler.stop()
@@ -60,7 +64,7 @@ def kubectl_apply(stack: StackInfo, manifest: str) -> None:
 
 
 def test_a_konnector_claim_moved_to_git_keeps_its_control_plane_claim(
-    stack: StackInfo, tenant: Tenant, tmp_path: Path
+    stack: StackInfo, tenant: Tenant, app_binding: str, tmp_path: Path
 ) -> None:
     konnector = Konnector(
         tenant.app, Kube(api_client(tmp_path / "binder.kubeconfig")), tenant.consumer
@@ -88,6 +92,25 @@ def test_a_konnector_claim_moved_to_git_keeps_its_control_plane_claim(
         "the konnector's status on the App claim",
     )
     app_uid = tenant.app.get(POSTGRES, tenant.namespace, "legacy")["metadata"]["uid"]
+    # A konnector serves only kinds `kubectl bind` made an APIServiceBinding for (its
+    # controllers start per binding: bind/pkg/konnector/konnector_controller.go); the binding's
+    # kubeconfig Secret is left out here (the konnector below is a replay with its own client),
+    # so the reconciler cannot tell its consumer namespace and only knows that one serves the kind.
+    tenant.app.create(
+        SERVICE_BINDINGS,
+        {
+            "apiVersion": SERVICE_BINDINGS.api_version,
+            "kind": SERVICE_BINDINGS.kind,
+            "metadata": {"name": API},
+            "spec": {
+                "kubeconfigSecretRef": {
+                    "namespace": KLUTCH_BIND,
+                    "name": app_binding,
+                    "key": "kubeconfig",
+                }
+            },
+        },
+    )
 
     # Steps 1-3: the same consumer namespace, the claim written into Git as it is, pushed.
     tenant.push({"claims/legacy.yaml": claim("legacy", tenant.namespace)})
