@@ -395,14 +395,17 @@ def test_git_cannot_name_a_composite_or_pin_a_revision_or_a_secret_store(
         except Exception:  # not written yet
             return None
         loaded = yaml.safe_load(text)["registrations"][attacker.spec.name]
-        return loaded if len(loaded["rejections"]) == len(attacks) else None
+        found = {(r["document"], r["field"]) for r in loaded["rejections"]}
+        return loaded if len(found) == len(attacks) else None
 
     rejections = eventually(report, "the refusals in reconcile.yaml", timeout=SETTLE)["rejections"]
-    assert [(r["file"], r["document"], r["field"]) for r in rejections] == [
+    # Crossplane 2's claims have no publishConnectionDetailsTo at all: their schema refuses it
+    # as an unknown field beside our rule, so a field may be refused twice
+    assert sorted({(r["file"], r["document"], r["field"]) for r in rejections}) == [
         ("claims/gadgets.yaml", index, f"spec.{field}")
         for index, (_, field, _) in enumerate(attacks, start=1)
     ]
-    by_field = {r["field"]: r for r in rejections}
+    by_field = {r["field"]: r for r in rejections if r["fix"].startswith("Remove")}
     assert by_field["spec.resourceRef"]["fix"].startswith("Remove spec.resourceRef;")
     assert "another tenant's or the platform's" in by_field["spec.resourceRef"]["message"]
     assert by_field["spec.publishConnectionDetailsTo"]["fix"].startswith(
