@@ -88,6 +88,7 @@ class Poller(Generic[K]):
         self._lock = threading.Lock()
         self._remotes: dict[K, _Remote] = {}
         self._seen: dict[K, object] = {}
+        self._told: set[K] = set()  # remotes whose first observation on_change has heard
         self._due: dict[K, float] = {}  # time.monotonic() of each remote's next ask
         self._stop = threading.Event()
         self._wake = threading.Event()  # the set of remotes or their intervals changed
@@ -106,6 +107,7 @@ class Poller(Generic[K]):
             moved = old is None or (old.url, old.branch) != (url, branch)
             if moved:
                 self._seen[key] = _UNSEEN
+                self._told.discard(key)
             due = None if moved else self._due.get(key)
             self._remotes[key] = remote
             self._due[key] = rescheduled(due, time.monotonic(), remote.period, random.random())  # noqa: S311
@@ -115,13 +117,15 @@ class Poller(Generic[K]):
         with self._lock:
             self._remotes.pop(key, None)
             self._seen.pop(key, None)
+            self._told.discard(key)
             self._due.pop(key, None)
 
     def answered(self, key: K) -> bool:
-        """Whether a watched remote's first ask has answered: from then on only a moved branch
-        calls ``on_change``, so a registration whose pass followed it is quiet until a push."""
+        """Whether a watched remote's first ask has answered and ``on_change`` has been told:
+        from then on only a moved branch calls it, so a registration whose pass followed is
+        quiet until a push."""
         with self._lock:
-            return self._seen.get(key, _UNSEEN) is not _UNSEEN
+            return key in self._told
 
     def start(self) -> None:
         if self._thread is not None:
@@ -179,6 +183,9 @@ class Poller(Generic[K]):
             extra={"key": str(key), "url": redact(remote.url), "branch": remote.branch},
         )
         _notify(self._on_change, key)
+        with self._lock:
+            if self._seen.get(key) == sha:  # not re-pointed meanwhile
+                self._told.add(key)
 
 
 def _git_dir(repository: Path) -> Path:

@@ -64,7 +64,6 @@ def quiet(reconciler: Reconciler, name: str) -> None:
     and finished: nothing fetches its remote again but a poll that finds the branch moved."""
     registrations = reconciler.registrations
     eventually(lambda: registrations.poller.answered(name), f"{name}'s first poll")
-    time.sleep(0.5)  # on_change follows the answer in the poller's thread
     sync = eventually(lambda: reconciler.syncs.get(name), f"{name} registered")
     eventually(lambda: sync.last_pass and not sync.needs_fetch, f"{name}'s fetching pass")
     with registrations.lock(name):  # the pass in flight, if any, is over

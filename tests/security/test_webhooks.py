@@ -142,6 +142,15 @@ def pair(
         "both registrations synced",
         timeout=60,
     )
+    for spec in specs:  # each first poll's fetch is over, so only a push can fetch again
+        sync = reconciler.syncs[spec.name]
+        eventually(
+            lambda name=spec.name: reconciler.registrations.poller.answered(name),
+            f"{spec.name}'s first poll",
+        )
+        eventually(lambda sync=sync: not sync.needs_fetch, f"{spec.name}'s fetching pass")
+        with reconciler.registrations.lock(spec.name):  # the pass in flight, if any, is over
+            pass
     yield found
     reconciler.stop()
 
