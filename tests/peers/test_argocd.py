@@ -22,34 +22,14 @@ from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, report_ready
 from klutch_gitops.dev.testkit.wait import TimedOut, eventually
 from klutch_gitops.kube.client import EVENTS, Kube
 from reconciler.sync import objects
-from tests.gitserver import GitServer
 
-from .argocd import VERSION, ArgoPeer, start_argocd, stop_argocd
+from .argocd import ArgoPeer
 
 pytestmark = [pytest.mark.integration, pytest.mark.peers]
 
 WINDOW = 45.0  # seconds without churn, with a hard refresh (a Git read and compare) inside
 BOOKKEEPING = ("argocd.argoproj.io/", "kubectl.kubernetes.io/", objects.ARGOCD_INSTANCE_LABEL)
 TOOLS = {"argocd-controller", "klutch-gitops"}  # the only field managers of an App object
-
-
-@pytest.fixture(scope="session")
-def argocd(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    git_server: GitServer,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[ArgoPeer]:
-    started = time.monotonic()
-    peer = start_argocd(
-        clusters["app"],
-        stack.clusters["app"].kubeconfig,
-        git_server,
-        tmp_path_factory.mktemp("argocd"),
-    )
-    print(f"Argo CD {VERSION} started in {time.monotonic() - started:.1f} s")
-    yield peer
-    stop_argocd(peer)
 
 
 @pytest.fixture
