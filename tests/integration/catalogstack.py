@@ -25,6 +25,7 @@ from kubernetes import client
 
 from klutch_gitops.catalog import load_compositions, load_xrds
 from klutch_gitops.dev.localstack import crossplane
+from klutch_gitops.dev.localstack.crossplane import FUNCTION_NAME
 from klutch_gitops.dev.localstack.stack import LocalStack, StackInfo
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.errors import KlutchError
@@ -48,6 +49,32 @@ _OTHER_STACK = pytest.StashKey[LocalStack]()
 
 def conditions(obj: dict[str, Any] | None) -> dict[str, str]:
     return {c["type"]: c["status"] for c in ((obj or {}).get("status") or {}).get("conditions", [])}
+
+
+def clusterrole_step(**extra: Any) -> dict[str, Any]:
+    """A pipeline step that composes a ClusterRole (a kind every Control Plane serves, which
+    has no conditions) annotated with the composite's ``spec.size``, through the stack's
+    function-klutch-local (its ``template`` composer); ``extra`` goes into the step's input."""
+    return {
+        "step": "compose",
+        "functionRef": {"name": FUNCTION_NAME},
+        "input": {
+            "apiVersion": "local.klutch.anynines.com/v1alpha1",
+            "kind": "Compose",
+            "compose": "template",
+            "resource": {
+                "name": "role",
+                "base": {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRole",
+                    "metadata": {"annotations": {"size": "unset"}},
+                },
+            },
+            "fields": {"metadata.annotations.size": "spec.size"},
+            "readinessCheck": "None",
+            **extra,
+        },
+    }
 
 
 @contextmanager

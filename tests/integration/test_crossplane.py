@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from klutch_gitops.dev.localstack import crossplane
 from klutch_gitops.dev.localstack.stack import StackInfo
 
-from .catalogstack import LINE_IDS, LINES, clusters_for_line, stack_for_line
+from .catalogstack import LINE_IDS, LINES, clusterrole_step, clusters_for_line, stack_for_line
 from .test_clusters import eventually, status_of
 
 pytestmark = pytest.mark.crossplane
@@ -118,27 +118,7 @@ def widget_api(line_clusters: dict[str, client.ApiClient]) -> Iterator[str]:
         "spec": {
             "compositeTypeRef": {"apiVersion": f"{group}/{VERSION}", "kind": "XWidget"},
             "mode": "Pipeline",
-            "pipeline": [
-                {
-                    "step": "compose",
-                    "functionRef": {"name": crossplane.FUNCTION_NAME},
-                    "input": {
-                        "apiVersion": "local.klutch.anynines.com/v1alpha1",
-                        "kind": "Compose",
-                        "compose": "template",
-                        "resource": {
-                            "name": "role",
-                            "base": {
-                                "apiVersion": "rbac.authorization.k8s.io/v1",
-                                "kind": "ClusterRole",
-                                "metadata": {"annotations": {"size": "unset"}},
-                            },
-                        },
-                        "fields": {"metadata.annotations.size": "spec.size"},
-                        "readinessCheck": "None",  # a ClusterRole has no conditions
-                    },
-                }
-            ],
+            "pipeline": [clusterrole_step()],
         },
     }
     custom.create_cluster_custom_object(XP_GROUP, XP_VERSION, "compositeresourcedefinitions", xrd)

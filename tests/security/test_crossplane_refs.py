@@ -43,7 +43,7 @@ from klutch_gitops.kube.client import (
     Resource,
     api_client,
 )
-from tests.integration.catalogstack import conditions
+from tests.integration.catalogstack import clusterrole_step, conditions
 
 pytestmark = pytest.mark.crossplane
 
@@ -111,28 +111,7 @@ def composition(name: str, group: str, kind: str, secret: str) -> dict[str, Any]
             "compositeTypeRef": {"apiVersion": f"{group}/{VERSION}", "kind": kind},
             "writeConnectionSecretsToNamespace": "crossplane-system",
             "mode": "Pipeline",
-            "pipeline": [
-                {
-                    "step": "compose",
-                    "functionRef": {"name": "function-klutch-local"},
-                    "input": {
-                        "apiVersion": "local.klutch.anynines.com/v1alpha1",
-                        "kind": "Compose",
-                        "compose": "template",
-                        "resource": {
-                            "name": "role",
-                            "base": {
-                                "apiVersion": "rbac.authorization.k8s.io/v1",
-                                "kind": "ClusterRole",
-                                "metadata": {"annotations": {"size": "unset"}},
-                            },
-                        },
-                        "fields": {"metadata.annotations.size": "spec.size"},
-                        "readinessCheck": "None",
-                        "connectionDetails": {"values": {"password": secret}},
-                    },
-                }
-            ],
+            "pipeline": [clusterrole_step(connectionDetails={"values": {"password": secret}})],
         },
     }
 
