@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,11 +201,18 @@ class TokenFileReloader:
 
 
 class Kube:
-    """Calls against one cluster with one identity."""
+    """Calls against one cluster with one identity.
 
-    def __init__(self, api: client.ApiClient, timeout: float = 30.0) -> None:
+    ``identity`` names that identity for sharing (klutch_gitops.kube.shared): two Kubes with the
+    same identity may read through each other's caches. The Resolver gives a digest of the
+    resolved kubeconfig; without one a Kube is its own identity, shared with nothing."""
+
+    def __init__(
+        self, api: client.ApiClient, timeout: float = 30.0, identity: str | None = None
+    ) -> None:
         self.api = api
         self.timeout = timeout
+        self.identity = identity or f"unshared-{uuid.uuid4().hex}"
 
     def _call(
         self,

@@ -8,14 +8,24 @@ only enqueue work: they run on the informer's thread and must be quick.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from klutch_gitops.kube.client import Kube, KubeError, Resource
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str, dict], None]  # (ADDED | MODIFIED | DELETED, object)
+Transform = Callable[
+    [dict], dict
+]  # what the cache keeps of an object, like client-go's SetTransform
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+# Strings at most this long are interned: kinds, apiVersions, namespaces, label and condition keys
+# repeat in every cached object; values longer than this (Secret data, messages) rarely do.
+INTERN_MAX = 64
 
 
 def object_key(obj: dict) -> tuple[str, str]:
@@ -34,6 +44,54 @@ def managers(managed_fields: list[dict] | None) -> list[dict]:
     ]
 
 
+def cut_managed_fields(obj: dict) -> dict:
+    """Every informer's least transform: managedFields cut to their managers (``managers``)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        meta["managedFields"] = managers(meta["managedFields"])
+    return obj
+
+
+def slim(obj: dict) -> dict:
+    """The object as a cache keeps it: managedFields cut to their managers, no
+    creationTimestamp (no decision reads it), repeated strings shared.
+
+    Everything else stays: the stages compare spec (objects.needs_apply, as a subset of the
+    desired body), mirror spec and status, and read labels, annotations, finalizers, uid,
+    generation, resourceVersion, deletionTimestamp and ownerReferences."""
+    meta = cut_managed_fields(obj).get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("creationTimestamp", None)
+    return interned(obj)
+
+
+def slim_copy(obj: dict) -> dict:
+    """``slim`` without kubectl's last-applied annotation (a whole second copy of the object),
+    for caches whose objects are only compared with bodies we build: Control Plane copies
+    (objects.control_plane_body never sets it) and Secrets (objects.secret_copy). App claims
+    keep it: a Git document may carry it, and needs_apply compares the App copy with Git's."""
+    annotations = (obj.get("metadata") or {}).get("annotations")
+    if isinstance(annotations, dict):
+        annotations.pop(LAST_APPLIED, None)
+    return slim(obj)
+
+
+def interned(value: Any) -> Any:
+    """``value`` rebuilt with its dict keys and short strings interned: json.loads makes new
+    strings for every watch event, so 10,000 cached claims would each hold their own
+    "apiVersion", kind, namespace, label values and condition types."""
+    if isinstance(value, dict):
+        return {
+            sys.intern(key) if isinstance(key, str) else key: interned(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [interned(item) for item in value]
+    if isinstance(value, str) and len(value) <= INTERN_MAX:
+        return sys.intern(value)
+    return value
+
+
 class Informer:
     def __init__(
         self,
@@ -44,12 +102,14 @@ class Informer:
         namespace: str | None = None,
         label_selector: str | None = None,
         name: str = "",
+        transform: Transform = cut_managed_fields,
     ) -> None:
         self.kube = kube
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
         self.handler = handler
+        self.transform = transform
         self.name = name or f"informer-{resource.plural}-{namespace or 'all'}"
         self.cache: dict[tuple[str, str], dict] = {}
         self.synced = threading.Event()
@@ -118,9 +178,7 @@ class Informer:
         return resource_version
 
     def _apply(self, event_type: str, obj: dict) -> None:
-        meta = obj.get("metadata") or {}
-        if "managedFields" in meta:
-            meta["managedFields"] = managers(meta["managedFields"])
+        obj = self.transform(obj)
         with self._lock:
             if event_type == "DELETED":
                 self.cache.pop(object_key(obj), None)

@@ -8,11 +8,17 @@ RepositoryBinding is enough to pick up new credentials. Resolved secrets stay in
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
+import secrets
 import tempfile
-from dataclasses import dataclass
+import threading
+import weakref
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import yaml
 from kubernetes import client
 
 from klutch_gitops import tenant_kubeconfig
@@ -20,6 +26,7 @@ from klutch_gitops.config import GitCredentialsRef, RepositorySpec, SecretRef
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git.credentials import Credentials
 from klutch_gitops.kube.client import Kube, api_client
+from klutch_gitops.kube.shared import Caches
 from klutch_gitops.settings import secret_data, secret_value
 
 
@@ -31,6 +38,8 @@ class Binding:
     credentials: Credentials | None
     webhook_secrets: tuple[bytes, ...]
     forge_token: str | None = None  # posts pull-request plans
+    # the process's shared informers (the Resolver's); a Binding made elsewhere shares nothing
+    caches: Caches = field(default_factory=Caches)
 
 
 class Resolver:
@@ -39,6 +48,11 @@ class Resolver:
     def __init__(self, admin: Kube, secrets_dir: Path) -> None:
         self.admin = admin
         self.secrets_dir = secrets_dir
+        self.caches = Caches()
+        # identity -> the one client of it that registrations share, while any holds it
+        self._clients: weakref.WeakValueDictionary[str, Kube] = weakref.WeakValueDictionary()
+        self._clients_lock = threading.Lock()
+        self._salt = secrets.token_bytes(32)  # identities are keyed digests: never guessable
 
     def value(self, ref: SecretRef, what: str, default_namespace: str) -> bytes:
         """A referenced secret; a Secret without a namespace is the registration's."""
@@ -104,7 +118,9 @@ class Resolver:
             os.replace(name, path)
         return path
 
-    def kube_client(self, ref: SecretRef, what: str, namespace: str) -> client.ApiClient:
+    def kube_client(
+        self, ref: SecretRef, what: str, namespace: str, text: bytes | None = None
+    ) -> client.ApiClient:
         """A client for a referenced kubeconfig, checked again on every (re)start.
 
         A file named in the platform team's config goes through the kubernetes client's loader
@@ -114,7 +130,7 @@ class Resolver:
         loader and becomes the registration's error (a RepositoryBinding's SecretValid).
         """
         if ref.file is None:
-            text = self.value(ref, what, namespace)
+            text = self.value(ref, what, namespace) if text is None else text
             try:
                 return tenant_kubeconfig.load_client(text)
             except KlutchError as error:
@@ -131,11 +147,46 @@ class Resolver:
                 f"fix the kubeconfig file {ref.file}",
             ) from None
 
+    def kube(self, ref: SecretRef, what: str, namespace: str) -> Kube:
+        """The client of a referenced kubeconfig, shared with every registration whose resolved
+        kubeconfig is the same (``identity``): one connection pool and one set of informers per
+        identity, not per registration. New content (a rotated Secret, a new certificate file)
+        is a new identity, so a restarted registration never reads through the old one's."""
+        text = self.value(ref, what, namespace) if ref.file is None else None
+        identity = self.identity(ref, text)
+        with self._clients_lock:
+            found = self._clients.get(identity) if identity else None
+        if found is not None:
+            return found
+        kube = Kube(self.kube_client(ref, what, namespace, text), identity=identity)
+        if identity is None:
+            return kube
+        with self._clients_lock:
+            return self._clients.setdefault(identity, kube)
+
+    def identity(self, ref: SecretRef, text: bytes | None) -> str | None:
+        """A keyed digest of what the kubeconfig resolves to (never logged): the Secret's
+        text, or a file's content with the certificate files it names (not ``tokenFile``:
+        the client re-reads that itself). None where a file cannot be read: no sharing."""
+        digest = hmac.new(self._salt, digestmod=hashlib.sha256)
+        if ref.file is None:
+            digest.update(b"text\0" + (text or b""))
+            return digest.hexdigest()
+        try:
+            content = ref.file.read_bytes()
+            digest.update(b"file\0" + str(ref.file.resolve()).encode() + b"\0" + content)
+            for name in _referenced_files(yaml.safe_load(content)):
+                digest.update(b"\0" + name.encode() + b"\0")
+                digest.update((ref.file.parent / name).read_bytes())
+        except (OSError, yaml.YAMLError, ValueError):
+            return None
+        return digest.hexdigest()
+
     def binding(self, spec: RepositorySpec) -> Binding:
         namespace = spec.consumer_namespace
         what = f"repository {spec.name}"
-        app = self.kube_client(spec.app_kubeconfig, f"{what}: App Cluster kubeconfig", namespace)
-        control_plane = self.kube_client(
+        app = self.kube(spec.app_kubeconfig, f"{what}: App Cluster kubeconfig", namespace)
+        control_plane = self.kube(
             spec.control_plane_kubeconfig, f"{what}: Control Plane kubeconfig", namespace
         )
         webhook = (
@@ -150,9 +201,28 @@ class Resolver:
         )
         return Binding(
             spec=spec,
-            app=Kube(app),
-            control_plane=Kube(control_plane),
+            app=app,
+            control_plane=control_plane,
             credentials=self.credentials(spec.credentials, what, namespace),
             webhook_secrets=webhook,
             forge_token=forge_token or None,
+            caches=self.caches,
         )
+
+
+CERTIFICATE_FIELDS = {
+    "clusters": ("cluster", ("certificate-authority",)),
+    "users": ("user", ("client-certificate", "client-key")),
+}
+
+
+def _referenced_files(kubeconfig: Any) -> list[str]:
+    """The certificate files a kubeconfig names, sorted: their content is part of its identity."""
+    names = set()
+    for section, (entry, fields) in CERTIFICATE_FIELDS.items():
+        for item in (kubeconfig or {}).get(section) or []:
+            body = item.get(entry) if isinstance(item, dict) else None
+            for name in fields:
+                if isinstance(body, dict) and isinstance(body.get(name), str) and body[name]:
+                    names.add(body[name])
+    return sorted(names)

@@ -16,7 +16,8 @@ from klutch_gitops.apis import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES
 from klutch_gitops.bind.client import SERVICE_BINDINGS
 from klutch_gitops.kube.client import CRDS, SECRETS, KubeError, Resource
 from klutch_gitops.kube.events import WARNING, EventRecorder
-from klutch_gitops.kube.informer import Informer
+from klutch_gitops.kube.informer import slim, slim_copy
+from klutch_gitops.kube.shared import Route, Subscription
 from klutch_gitops.manifests import Claim, Export
 from reconciler.sync import objects
 from reconciler.sync.binding import Binding
@@ -86,6 +87,11 @@ class ClusterView:
     """The real view: ``binding.app`` and ``binding.control_plane``, read through informers.
 
     ``on_change`` asks for another pass; an informer calls it when what it watches changes.
+    The informers are the process's shared ones (``binding.caches``): on the App Cluster one per
+    kind for every repository with the same App identity, selected by our repository label and
+    routed by its value (``appSync: external`` registrations, which must see unlabelled objects,
+    share one unlabelled informer per kind among themselves); on the Control Plane one per
+    binding identity, kind and namespace, so never across tenants.
     """
 
     def __init__(self, binding: Binding, external: bool, on_change: Callable[[], None]) -> None:
@@ -95,19 +101,17 @@ class ClusterView:
         self.name = binding.spec.name
         self.external = external
         self._on_change = on_change
+        self.caches = binding.caches
+        self.route = Route(objects.REPOSITORY_LABEL, self.name)
         self.exports: dict[tuple[str, str], Export] = {}
         self.mapping: dict[str, str] = {}
-        self.app_claim_caches: dict[str, Informer] = {}  # plural.group -> informer
-        self.cp_claim_caches: dict[tuple[str, str], Informer] = {}  # (plural.group, cp ns)
-        self.cp_secret_caches: dict[str, Informer] = {}
-        self.app_secret_cache = Informer(
-            self.app,
-            SECRETS,
-            self._on_event,
-            label_selector=f"{objects.REPOSITORY_LABEL}={self.name}",
-            name=f"{self.name}-app-secrets",
-        ).start()
-        self.service_bindings: Informer | None = None  # a trigger: APIServiceBinding changes
+        self.app_claim_caches: dict[str, Subscription] = {}  # plural.group -> informer
+        self.cp_claim_caches: dict[tuple[str, str], Subscription] = {}  # (plural.group, cp ns)
+        self.cp_secret_caches: dict[str, Subscription] = {}
+        self.app_secret_cache = self.caches.subscribe(
+            self.app, SECRETS, self._on_event, route=self.route, transform=slim_copy
+        )
+        self.service_bindings: Subscription | None = None  # a trigger: APIServiceBinding changes
         self._service_bindings_forbidden = False
         self.recorder = EventRecorder(self.app)
 
@@ -126,7 +130,7 @@ class ClusterView:
         if obj["metadata"].get("name") in {e.name for e in list(self.exports.values())}:
             self._on_change()
 
-    def _caches(self) -> list[Informer]:
+    def _caches(self) -> list[Subscription]:
         return [
             *self.app_claim_caches.values(),
             *self.cp_claim_caches.values(),
@@ -186,13 +190,13 @@ class ClusterView:
         if export.name in self.app_claim_caches:
             return
         # external: the tool's new objects carry no label of ours until adopted
-        self.app_claim_caches[export.name] = Informer(
+        self.app_claim_caches[export.name] = self.caches.subscribe(
             self.app,
             resource_of(export),
             self._on_app_event if self.external else self._on_event,
-            label_selector=None if self.external else f"{objects.REPOSITORY_LABEL}={self.name}",
-            name=f"{self.name}-app-{export.plural}",
-        ).start()
+            route=None if self.external else self.route,
+            transform=slim,
+        )
 
     def watch_service_bindings(self) -> None:
         if (
@@ -200,12 +204,9 @@ class ClusterView:
             and not self._service_bindings_forbidden
             and self.app.get(CRDS, None, SERVICE_BINDINGS_CRD) is not None
         ):  # without Klutch's CRD there is nothing to watch, and a watch would only fail
-            self.service_bindings = Informer(
-                self.app,
-                SERVICE_BINDINGS,
-                self._on_service_binding,
-                name=f"{self.name}-app-apiservicebindings",
-            ).start()
+            self.service_bindings = self.caches.subscribe(
+                self.app, SERVICE_BINDINGS, self._on_service_binding, transform=slim
+            )
 
     # -- App claims and Secret copies -------------------------------------------------------
 
@@ -267,26 +268,23 @@ class ClusterView:
     def map_namespace(self, namespace: str, target: str) -> None:
         """Record the mapping and watch the target's Secrets and every exported kind there."""
         self.mapping[namespace] = target
-        self.cp_secret_caches[target] = Informer(
-            self.cp,
-            SECRETS,
-            self._on_event,
-            namespace=target,
-            name=f"{self.name}-cp-secrets-{target}",
-        ).start()
+        if target not in self.cp_secret_caches:
+            self.cp_secret_caches[target] = self.caches.subscribe(
+                self.cp, SECRETS, self._on_event, namespace=target, transform=slim_copy
+            )
 
     def watch_mapped_claims(self) -> None:
         """Watch every exported kind in every mapped Control Plane namespace."""
         for export in self.exports.values():
             for target in self.mapping.values():
                 if (export.name, target) not in self.cp_claim_caches:
-                    self.cp_claim_caches[(export.name, target)] = Informer(
+                    self.cp_claim_caches[(export.name, target)] = self.caches.subscribe(
                         self.cp,
                         resource_of(export),
                         self._on_event,
                         namespace=target,
-                        name=f"{self.name}-cp-{export.plural}-{target}",
-                    ).start()
+                        transform=slim_copy,
+                    )
 
     def cp_claim(self, export: Export, target: str, name: str) -> dict | None:
         cache = self.cp_claim_caches.get((export.name, target))
