@@ -21,7 +21,10 @@ def claim_file(index: int) -> str:
     return f"claims/{claim_name(index)}.yaml"
 
 
-def claim_files(namespace: str, count: int) -> dict[str, str]:
-    """``count`` claim files for ``namespace`` by path, as a repository's first commit holds
-    them."""
-    return {claim_file(index): claim(claim_name(index), namespace) for index in range(count)}
+def claim_files(namespace: str, count: int, start: int = 0) -> dict[str, str]:
+    """``count`` claim files for ``namespace`` by path, numbered from ``start``, as a
+    repository's first commit (or a commit growing it) holds them."""
+    return {
+        claim_file(index): claim(claim_name(index), namespace)
+        for index in range(start, start + count)
+    }

@@ -107,8 +107,10 @@ def converge(
     timeout: float,
     progress: Progress,
     alive: Callable[[], str | None] = lambda: None,
+    exact: bool = False,
 ) -> dict[str, float]:
-    """Poll each counter until it reaches ``target``; when each first did (monotonic)."""
+    """Poll each counter until it reaches ``target`` (with ``exact``, until it equals it: a
+    shrinking count); when each first did (monotonic)."""
     done: dict[str, float] = {}
     deadline = time.monotonic() + timeout
     seen = dict.fromkeys(counters, 0)
@@ -121,7 +123,7 @@ def converge(
         for name, counter in counters.items():
             if name not in done:
                 seen[name] = counter()
-                if seen[name] >= target:
+                if seen[name] == target or (not exact and seen[name] > target):
                     done[name] = time.monotonic()
         progress(", ".join(f"{name} {seen[name]}/{target}" for name in counters))
         time.sleep(0.2)

@@ -1,14 +1,17 @@
 """Reconciler benchmarks on a dedicated local stack, each beside a baseline from the same run.
 
 1. cold full sync of N claims into App + Control Plane, vs ``kubectl apply --server-side`` of the
-   same files into one cluster;
-2. ``git push`` → Control Plane copy, vs the push itself and a one-file ``kubectl apply``;
+   same files into one cluster, a concurrent server-side-apply writer into both clusters, and the
+   real Flux kustomize-controller applying the same files into the App Cluster;
+2. ``git push`` → Control Plane copy at several repository sizes, vs the push itself and a
+   one-file ``kubectl apply``;
 3. Control Plane status → App status and → status commit on main, vs one status write;
 4. many repositories on 1 and on 3 reconciler processes (``bench/fleet.py``): full sync, steady
    CPU, peak RSS per replica, hand-over after a SIGKILL; 1 replica against kubectl, both
    kube-apiservers, an idle Python process and the lease duration, 3 against 1.
 
-1 to 3 are measured in ``bench/team.py``, 4 in ``bench/fleet.py`` (its replica processes:
+1 and 3 are measured in ``bench/team.py`` (Flux: ``bench/flux.py``), 2 in ``bench/pushes.py``,
+4 in ``bench/fleet.py`` (its replica processes:
 ``bench/replica.py``); this module runs them and reports. Run with ``make bench`` (or
 ``python -m bench.reconciler --quick``). Nothing here asserts a time; the exit code is 1 only
 when a measurement could not complete.
@@ -30,14 +33,16 @@ from pathlib import Path
 from rich.console import Console
 
 from bench.fleet import measure_fleets
+from bench.flux import measure_flux_peer
 from bench.measure import BenchFailure, Progress
+from bench.pushes import measure_pushes
 from bench.report import Figure, load_previous, render, save
 from bench.stack import Clusters, running_stack
 from bench.team import (
     DEFAULTS,
+    KUBECTL_COLD,
     Team,
     measure_cold_sync,
-    measure_pushes,
     measure_status,
     prepare_team,
 )
@@ -53,6 +58,7 @@ console = Console(stderr=True)
 class Sizes:
     claims: int
     pushes: int
+    push_sizes: tuple[int, ...]
     status_changes: int
     repos: int
     claims_per_repo: int
@@ -67,6 +73,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes: a few minutes in all")
     parser.add_argument("--claims", type=int, help="claims in the cold-sync repository (1000)")
     parser.add_argument("--pushes", type=int, help="pushes for the push latency (50)")
+    parser.add_argument(
+        "--push-sizes", help="repository sizes of the push latency, in one run (200,1000,5000)"
+    )
     parser.add_argument("--status-changes", type=int, help="status changes (20)")
     parser.add_argument("--repos", type=int, help="repositories for the RSS run (100)")
     parser.add_argument("--claims-per-repo", type=int, help="claims per repository (100)")
@@ -86,6 +95,9 @@ def sizes_of(args: argparse.Namespace) -> Sizes:
     return Sizes(
         claims=args.claims or (200 if small else 1000),
         pushes=args.pushes or (10 if small else 50),
+        push_sizes=tuple(
+            int(n) for n in (args.push_sizes or ("50,200" if small else "200,1000,5000")).split(",")
+        ),
         status_changes=args.status_changes or (5 if small else 20),
         repos=args.repos or (10 if small else 100),
         claims_per_repo=args.claims_per_repo or (20 if small else 100),
@@ -115,24 +127,32 @@ def run_steps(
                 console.print(f"[red]{step} did not complete:[/red] {error}")
                 return False
         figures.extend(got)
-        for name, figure in {f.name: f for f in got}.items():
-            console.print(f"[green]✓[/green] {name}: {figure.value:.3f} {figure.unit}")
+        for figure in got:
+            against = f" (baseline {figure.baseline_value:.3f})" if figure.baseline_value else ""
+            console.print(
+                f"[green]✓[/green] {figure.name}: {figure.value:.3f} {figure.unit}{against}"
+            )
         return True
 
     try:
         if steps & {"cold", "push", "status"}:
+            n = sizes.claims
             team = prepare_team(clusters, work, sizes.claims)
             if attempt("cold sync", lambda p: measure_cold_sync(clusters, team, work, p)):
-                kubectl_per_claim = (figures[-1].baseline_value or 0) / sizes.claims
-                if "push" in steps:
-                    attempt(
-                        "push latency",
-                        lambda p: measure_pushes(clusters, team, sizes.pushes, work, p),
-                    )
-                if "status" in steps:
+                cold = next(f for f in figures if f.baseline == KUBECTL_COLD.format(n=n))
+                kubectl_per_claim = (cold.baseline_value or 0) / sizes.claims
+                attempt("Flux", lambda p: measure_flux_peer(clusters, work, cold, sizes.claims, p))
+                if "status" in steps:  # before the pushes, which resize the repository
                     attempt(
                         "status latency",
                         lambda p: measure_status(clusters, team, sizes.status_changes, p),
+                    )
+                if "push" in steps:
+                    attempt(
+                        "push latency",
+                        lambda p: measure_pushes(
+                            clusters, team, sizes.push_sizes, sizes.pushes, work, p
+                        ),
                     )
             else:
                 failures += [f"{s}: not run, the cold sync did not complete" for s in STEPS[1:3]]
@@ -183,8 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]the local stack did not start:[/red] {error} ({error.fix})")
         return 1
     same_sizes = args.output.with_name(
-        "last-{claims}c-{pushes}p-{status_changes}s-{repos}x{claims_per_repo}-{r}.json".format(
-            **asdict(sizes), r="-".join(map(str, sizes.replicas))
+        "last-{claims}c-{pushes}p-{ps}-{status_changes}s-{repos}x{claims_per_repo}-{r}.json".format(
+            **asdict(sizes),
+            ps="-".join(map(str, sizes.push_sizes)),
+            r="-".join(map(str, sizes.replicas)),
         )
     )
     previous = load_previous(same_sizes, asdict(sizes))

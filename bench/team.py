@@ -1,7 +1,8 @@
-"""Measurements 1 to 3 on one repository of N claims, each beside a baseline from the same run:
-cold full sync against ``kubectl apply --server-side``; ``git push`` → Control Plane copy against
-the push itself and a one-file apply; Control Plane status → App status and → status commit on
-main against one status write (bench/README.md describes each)."""
+"""Measurements 1 and 3 on one repository of N claims, each beside baselines from the same run:
+cold full sync against ``kubectl apply --server-side`` into one cluster and a concurrent
+server-side-apply writer into both (bench/ssa.py; the real Flux is bench/flux.py); Control Plane
+status → App status and → status commit on main against one status write. The push latency (2)
+is bench/pushes.py. bench/README.md describes each."""
 
 from __future__ import annotations
 
@@ -13,25 +14,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.claims import PLANS, claim_file, claim_files, claim_name
-from bench.measure import BenchFailure, Expect, Progress, converge, count, timed_push
+from bench.claims import claim_file, claim_files, claim_name
+from bench.measure import BenchFailure, Expect, Progress, converge, count
 from bench.report import Figure, percentile
+from bench.ssa import INFLIGHT, concurrent_apply
 from bench.stack import Clusters
 from klutch_gitops.config import Config
 from klutch_gitops.dev.localstack import binaries
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim, ready_status, write_status
-from klutch_gitops.dev.testkit.git import git, remote_file, remote_head
+from klutch_gitops.dev.testkit.claims import POSTGRES, ready_status, write_status
+from klutch_gitops.dev.testkit.git import remote_file, remote_head
 from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, Kube
 from reconciler.manager import Reconciler
-from reconciler.sync.notes import NOTES_REF
-from reconciler.sync.writeback import TRAILER_RECONCILER
 
 DEFAULTS = Config(control_plane_kubeconfig=Path())  # the product's defaults, reported as used
-# Bot commits per human push before issue 15 (every push's sourceCommit in reconcile.yaml made a
-# status commit): ``--quick --only push`` of that commit with this module's count; see README.
-BEFORE_ISSUE_15, BEFORE_ISSUE_15_COMMIT, BEFORE_ISSUE_15_DATE = 0.8, "33fdef5", "2026-11-24"
+KUBECTL_COLD = "kubectl apply --server-side -f, {n} files, one cluster"
 
 
 @dataclass
@@ -101,6 +99,7 @@ def prepare_team(clusters: Clusters, work: Path, claims: int) -> Team:
 def measure_cold_sync(
     clusters: Clusters, team: Team, work: Path, progress: Progress
 ) -> list[Figure]:
+    """Ours, then kubectl into one cluster, then the concurrent writer into both."""
     n, tenant = team.claims, team.tenant
     started = time.monotonic()
     team.reconciler = tenant.reconciler.start()
@@ -115,10 +114,7 @@ def measure_cold_sync(
     )
     ours = max(done.values()) - started
     progress(f"kubectl apply --server-side of {n} files")
-    clusters.app.apply(
-        NAMESPACES,
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team.baseline_namespace}},
-    )
+    namespace(clusters.app, team.baseline_namespace)
     theirs = kubectl(
         clusters.kubeconfig("app"),
         work / "kubectl-cache",
@@ -127,101 +123,38 @@ def measure_cold_sync(
         "-f",
         str(team.baseline_dir),
     )
+    progress(f"{INFLIGHT} server-side applies in flight, {n} claims into each cluster")
+    writer = f"ssa-{uuid.uuid4().hex[:6]}"
+    for kube in (clusters.app, clusters.control_plane):
+        namespace(kube, writer)
+    apis = {"app": clusters.app.api, "control-plane": clusters.control_plane.api}
+    limit = concurrent_apply(apis, dict.fromkeys(apis, writer), n)
+    for kube in (clusters.app, clusters.control_plane):
+        if (got := count(kube, POSTGRES, writer)) != n:
+            raise BenchFailure(f"the concurrent writer left {got} of {n} claims in {writer}")
+    name = f"cold sync, {n} claims → App + CP"
     return [
         Figure(
-            f"cold sync, {n} claims → App + CP",
+            name,
             "s",
             ours,
-            f"kubectl apply --server-side -f, {n} files, one cluster",
+            KUBECTL_COLD.format(n=n),
             theirs,
             note=f"App complete after {done['App'] - started:.2f} s",
-        )
+        ),
+        Figure(
+            name,
+            "s",
+            ours,
+            f"concurrent server-side-apply writer, {n} claims into each cluster",
+            limit,
+            note=f"{INFLIGHT} requests in flight (bench/ssa.py)",
+        ),
     ]
 
 
-# -- 2. push → Control Plane copy ------------------------------------------------------------
-
-
-def edit_claim(team: Team, index: int, plan: str) -> None:
-    """Change one claim's plan in the person's clone and commit it (not pushed)."""
-    clone = team.tenant.clone
-    git(clone, "pull", "-q", "--rebase", "origin", "main")
-    name = claim_name(index)
-    path = clone / claim_file(index)
-    text = path.read_text()
-    path.write_text(text.replace(next(p for p in PLANS if f"plan: {p}\n" in text), plan, 1))
-    git(clone, "commit", "-qam", f"{name}: plan {plan}")
-
-
-def measure_pushes(
-    clusters: Clusters, team: Team, pushes: int, work: Path, progress: Progress
-) -> list[Figure]:
-    expect = Expect(clusters.control_plane, POSTGRES, team.tenant.mapped, "bench-cp").start()
-    latency, push, apply = [], [], []
-    before = remote_head(team.tenant.remote)
-    try:
-        for k in range(pushes):
-            progress(f"push {k + 1}/{pushes}")
-            index, plan = k % team.claims, PLANS[(k // team.claims + 1) % len(PLANS)]
-            edit_claim(team, index, plan)
-            name = claim_name(index)
-            expect.arm(
-                lambda o, name=name, plan=plan: (
-                    o["metadata"]["name"] == name and o["spec"].get("plan") == plan
-                )
-            )
-            took, pushed = timed_push(team.tenant.clone)
-            seen = expect.wait(f"push {k + 1}: the Control Plane copy with plan {plan}", 120)
-            latency.append(seen - pushed)
-            push.append(took)
-            baseline = team.baseline_dir / f"{claim_name(index)}.yaml"
-            baseline.write_text(claim(claim_name(index), team.baseline_namespace, plan))
-            apply.append(
-                kubectl(
-                    clusters.kubeconfig("app"),
-                    work / "kubectl-cache",
-                    "apply",
-                    "--server-side",
-                    "-f",
-                    str(baseline),
-                )
-            )
-    finally:
-        expect.stop()
-    name = f"push → CP copy ({team.claims}-claim repo)"
-    return [
-        *latency_figures(name, latency, "git push", push, f"{pushes} pushes"),
-        *latency_figures(name, latency, "kubectl apply --server-side, 1 file", apply),
-        bot_commits_per_push(team, before, pushes),
-    ]
-
-
-def bot_commits_per_push(team: Team, before: str, pushes: int) -> Figure:
-    """Status commits on main per human push of the push measurement (each changes one claim's
-    plan; no provider changes a status), once the last push is noted as reconciled, so its
-    write-back has decided. Issue 15: only a change of status or refusals makes a commit."""
-    tenant = team.tenant
-    last = git(tenant.clone, "rev-parse", "HEAD")
-
-    def noted() -> bool:
-        try:
-            note = git(tenant.remote, "notes", f"--ref={NOTES_REF}", "show", last)
-        except subprocess.CalledProcessError:
-            return False
-        return tenant.spec.name in note
-
-    eventually(noted, "the last push noted as reconciled", timeout=120)
-    bots = git(
-        tenant.remote, "rev-list", f"--grep=^{TRAILER_RECONCILER}: ", f"{before}..main"
-    ).split()
-    return Figure(
-        "bot commits per human push",
-        "commits",
-        len(bots) / pushes,
-        f"{BEFORE_ISSUE_15_COMMIT} (before issue 15), measured {BEFORE_ISSUE_15_DATE}",
-        BEFORE_ISSUE_15,
-        note=f"{len(bots)} status commits for {pushes} pushes",
-    )
+def namespace(kube: Kube, name: str) -> None:
+    kube.apply(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
 
 # -- 3. Control Plane status → App and Git ---------------------------------------------------

@@ -1,0 +1,103 @@
+"""The cold sync's peer: the real Flux (source-controller and kustomize-controller v1.9.6, out of
+cluster, klutch_gitops/dev/peers/flux.py) applying the same N claim files from a Git repository
+into a fresh App namespace.
+
+What kustomize-controller does with them, from github.com/fluxcd/kustomize-controller@v1.9.6 and
+github.com/fluxcd/pkg (the Go module cache under /root/go/pkg/mod/github.com/fluxcd/):
+
+- internal/controller/kustomization_controller.go ``apply``: ``kustomize build`` of the path (a
+  kustomization.yaml is generated when there is none), then ``ResourceManager.ApplyAllStaged``
+  (pkg/ssa manager_apply.go): CRDs, ClusterRoles and Namespaces first, then every other object
+  through ``ApplyAll`` — per object a GET and a server-side-apply dry run to find drift, then a
+  server-side apply of the changed ones, ``--concurrent-ssa`` (default 4, main.go) at a time.
+- ``--concurrent`` (default 4) Kustomizations are reconciled at once; one is used here.
+- the client's rate limit: ``--kube-api-qps`` 50 and ``--kube-api-burst`` 300 (pkg/runtime
+  client/client.go ``Options.BindFlags``), run with these defaults as a cluster would.
+
+The GitRepository is created first and its artifact fetched (Ready) before the clock starts: the
+time runs from the Kustomization's creation to all N claims present (``limit=1`` lists, as for
+ours). The intervals are an hour, so nothing waits for a poll. The controllers run only for this
+measurement.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+from bench.claims import claim_files
+from bench.measure import BenchFailure, Progress, converge, count
+from bench.report import Figure
+from bench.stack import Clusters
+from klutch_gitops.dev.peers.flux import VERSION, FluxPeer, start_flux, stop_flux
+from klutch_gitops.dev.testkit.claims import POSTGRES
+from klutch_gitops.dev.testkit.git import person_clone
+from klutch_gitops.dev.testkit.wait import eventually
+from klutch_gitops.kube.client import NAMESPACES
+from tests.gitserver import running_git_server
+
+INTERVAL = "1h"  # nothing polls during the measurement
+
+
+def flux_cold_sync(clusters: Clusters, work: Path, n: int, progress: Progress) -> float:
+    """Seconds from creating the Kustomization to all ``n`` claims in a fresh App namespace."""
+    namespace, name = f"flux-{uuid.uuid4().hex[:6]}", "bench-claims"
+    (work / "flux" / "run").mkdir(parents=True)
+    with running_git_server(work / "flux" / "git") as server:
+        url, bare = server.create("claims")
+        person_clone(str(bare), work / "flux" / "clone", claim_files(namespace, n), "claims")
+        progress("starting source-controller and kustomize-controller")
+        peer = start_flux(
+            clusters.app.api, str(clusters.kubeconfig("app")), server, work / "flux" / "run"
+        )
+        try:
+            clusters.app.apply(
+                NAMESPACES,
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            )
+            peer.source(name, url, interval=INTERVAL)
+            progress("source-controller fetching the repository")
+            eventually(
+                lambda: peer.source_ready(name)[0] == "True",
+                "the GitRepository's artifact",
+                timeout=120,
+            )
+            started = time.monotonic()
+            peer.kustomize(name, "./claims", interval=INTERVAL, prune=True, wait=False)
+            done = converge(
+                {"App": lambda: count(clusters.app, POSTGRES, namespace)},
+                n,
+                timeout=120 + 0.5 * n,
+                progress=lambda text: progress(f"Flux applying {n} claims: {text}"),
+                alive=lambda: _ready_failed(peer, name),
+            )
+            return done["App"] - started
+        except BenchFailure as failure:
+            raise BenchFailure(f"{failure}\n{peer.tails(20)}") from None
+        finally:
+            stop_flux(peer)
+
+
+def _ready_failed(peer: FluxPeer, name: str) -> str | None:
+    status, reason, message = peer.ready(name)
+    if status == "False" and reason not in ("Progressing", "DependencyNotReady"):
+        return f"the Kustomization failed: {reason}: {message}"
+    return None
+
+
+def measure_flux_peer(
+    clusters: Clusters, work: Path, cold: Figure, n: int, progress: Progress
+) -> list[Figure]:
+    """Our cold sync (``cold``, already measured) beside Flux applying the same ``n`` files."""
+    theirs = flux_cold_sync(clusters, work, n, progress)
+    return [
+        Figure(
+            cold.name,
+            "s",
+            cold.value,
+            f"Flux kustomize-controller {VERSION}, {n} files, App Cluster only",
+            theirs,
+            note="artifact fetched before; Flux's defaults: 50 qps, burst 300, 4 applies at once",
+        )
+    ]
