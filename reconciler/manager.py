@@ -4,7 +4,10 @@ the leader election and shards that decide which of them run here.
 
 Registrations come from the config file and from RepositoryBindings on the Control Plane. Every
 trigger — a webhook, a changed ``ls-remote``, a file-system event on a ``file://`` remote, an
-informer event — only enqueues work; workers run it, serialised per repository.
+informer event — only enqueues work; workers run it, serialised per repository. Registrations
+(clones, informers) have a pool of ``REGISTRATION_WORKERS`` of their own beside the ``workers``
+that run passes and write-backs, so many arriving at once (a hand-over) neither wait on four
+workers nor hold up the passes of repositories already registered.
 
 With ``leaderElection`` on, replicas share a Lease: only the leader runs any of that, while the
 HTTP server runs on every replica and a standby's /readyz answers 503. A leader that loses the
@@ -14,7 +17,8 @@ With ``leaderElection.shards`` too, every replica reconciles: a repository is wo
 the replica holding its shard's Lease (``shards.py``), and the leader keeps the cluster-wide
 controllers (namespaces, the platform repository, binder token renewal). Every replica is Ready,
 answers webhooks and reads every registration: a push for another replica's shard stamps that
-shard's Lease, a pull request is planned where it arrives.
+shard's Lease, a pull request is planned where it arrives. A replica taking a shard registers
+and passes first the repositories with a push not passed yet (``ha/handover.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import Callable
 
 from klutch_gitops.config import Config
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.git.remote import ls_remote
 from klutch_gitops.kube.client import Kube, KubeError, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
@@ -35,9 +40,10 @@ from reconciler import metrics
 from reconciler.controllers.export_requests import ExportRequestController
 from reconciler.controllers.namespaces import NamespaceController
 from reconciler.controllers.tokens import TokenRenewer
+from reconciler.ha.handover import TRIAGE_SECONDS, Lanes, TakeOver, clone_head, status_commits
 from reconciler.ha.leader import LeaderElector, default_identity
 from reconciler.ha.shards import ShardCoordinator
-from reconciler.registrations import Registrations
+from reconciler.registrations import Registrations, registration_name
 from reconciler.server import create_app, serve
 from reconciler.sync.binding import Binding, Resolver
 from reconciler.sync.repository import Key, RepositorySync
@@ -47,6 +53,9 @@ log = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 30.0
 STANDBY = "standby: not the leader"
+# Registrations at once: each clones (or fetches) twice and lists its caches, mostly waiting on
+# git and the API servers, whose clients keep their own rate limits.
+REGISTRATION_WORKERS = 8
 
 
 class Reconciler:
@@ -63,13 +72,15 @@ class Reconciler:
         self.admin = Kube(api_client(config.control_plane_kubeconfig))
         self.resolver = Resolver(self.admin, config.work_dir / ".secrets")
         self.queue: WorkQueue[Key] = WorkQueue(observer=metrics.QueueMetrics("reconcile"))
+        self.lanes = Lanes(self.queue, WorkQueue(observer=metrics.QueueMetrics("register")))
         self.registrations = Registrations(
-            config, self.admin, self.resolver, self.queue, self._owned
+            config, self.admin, self.resolver, self.lanes, self._owned
         )
         self.namespaces = NamespaceController(self.admin)
         self.export_requests = ExportRequestController(self.admin)
         identity = identity or default_identity()
         self.shards = self._shard_coordinator(identity)
+        self.take_over = TakeOver(self.lanes, self._remote_head, self._passed)
         self.elector = (
             LeaderElector(
                 self.admin, config.leader_election, identity, self._lead, self._lost_leadership
@@ -101,6 +112,7 @@ class Reconciler:
             self._shard_releasing,
             self._shard_fetch,
             self._lost_leadership,
+            self._record,
         )
 
     @property
@@ -167,9 +179,15 @@ class Reconciler:
             if not self.reconciling:
                 self.reconciling = True  # from here on, stop() has something to stop
                 self.registrations.start()
-                self.workers = run_workers(
-                    self.queue, self.registrations.handle, self.config.workers, "reconcile"
-                )
+                self.workers = [
+                    *run_workers(self.queue, self._handle, self.config.workers, "reconcile"),
+                    *run_workers(
+                        self.lanes.registering,
+                        self.registrations.handle,
+                        REGISTRATION_WORKERS,
+                        "register",
+                    ),
+                ]
                 self.dispatch.reviewer.start()
             if cluster_wide and not self.leading:
                 self.leading = True
@@ -200,6 +218,7 @@ class Reconciler:
         with self.work_lock:
             self.stopped = True
             self._stop_work()
+        self.take_over.stop()
         if self.shards is not None:
             self.shards.stop()
         if self.elector is not None:
@@ -215,7 +234,7 @@ class Reconciler:
             return
         self.registrations.stop_watching()
         self.dispatch.reviewer.stop()
-        self.queue.shutdown()
+        self.lanes.shutdown()
         for worker in self.workers:  # let a pass or a push in flight finish
             worker.join(timeout=STOP_GRACE_SECONDS)
         self.registrations.stop_syncs()
@@ -228,6 +247,14 @@ class Reconciler:
             return [STANDBY]
         return self.registrations.waiting()
 
+    def _handle(self, key: Key) -> None:
+        """A pass or write-back; a repository's first pass here ends its place in front."""
+        try:
+            self.registrations.handle(key)
+        finally:
+            if key[0] == "sync" and key[1] in self.syncs:
+                self.lanes.passed(key[1])
+
     def _owned(self, name: str) -> bool:
         """Whether this replica works on registration ``name`` (always, without shards)."""
         return self.shards is None or self.shards.owns(name)
@@ -239,8 +266,37 @@ class Reconciler:
         return [name for name in names if self.shards.shard(name) == shard]
 
     def _shard_acquired(self, shard: int) -> None:
-        for name in self._in_shard(list(self.registrations.specs), shard):
-            self.queue.add(("register", name))
+        assert self.shards is not None
+        names = self._in_shard(list(self.registrations.specs), shard)
+        self.take_over.start(names, self.shards.recorded(shard))
+
+    def _record(self, shard: int) -> dict[str, str]:
+        """The commit each of the shard's repositories last passed here, for its Lease."""
+        return {
+            name: sync.last_pass.commit
+            for name in self._in_shard(list(self.syncs), shard)
+            if (sync := self.syncs.get(name)) is not None and sync.last_pass is not None
+        }
+
+    def _remote_head(self, name: str) -> str | None:
+        """The head of a registration's branch, asked with its own credentials."""
+        spec = self.registrations.specs[name]
+        what = f"repository {name}"
+        credentials = self.resolver.credentials(spec.credentials, what, spec.consumer_namespace)
+        return ls_remote(spec.url, spec.branch, credentials, timeout=TRIAGE_SECONDS)
+
+    def _passed(self, name: str) -> set[str]:
+        """Commits known as passed besides the Lease's record: the RepositoryBinding's status
+        and the clone an earlier run of this replica left (a persistent work directory)."""
+        spec = self.registrations.specs[name]
+        passed = {
+            commit
+            for binding in self.registrations.bindings.items()
+            if registration_name(binding["metadata"]) == name
+            for commit in status_commits(binding.get("status"))
+        }
+        head = clone_head(self.config.work_dir, name, spec.url, spec.branch)
+        return passed | ({head} if head else set())
 
     def _shard_releasing(self, shard: int) -> None:
         """Stop the shard's repositories, each after its pass or push in flight, so the next

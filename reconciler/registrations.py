@@ -23,7 +23,7 @@ from klutch_gitops.git.remote import ls_remote
 from klutch_gitops.kube import conditions
 from klutch_gitops.kube.client import SECRETS, Kube, KubeError
 from klutch_gitops.kube.informer import Informer
-from klutch_gitops.kube.workqueue import WorkQueue
+from klutch_gitops.kube.workqueue import KeyQueue
 from klutch_gitops.repository_config import from_repository_binding
 from reconciler import metrics
 from reconciler.controllers.tokens import KEY as KUBECONFIG_KEY
@@ -59,7 +59,7 @@ class Registrations:
         config: Config,
         admin: Kube,
         resolver: Resolver,
-        queue: WorkQueue[Key],
+        queue: KeyQueue[Key],
         owned: Callable[[str], bool],
     ) -> None:
         self.config = config

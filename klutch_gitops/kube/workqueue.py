@@ -3,7 +3,9 @@
 Triggers (webhooks, polls, file events, cluster watches) only add keys; workers take them. A key
 waiting is queued once however often it is added, one key is never handled by two workers at once,
 and a key that fails comes back later, with per-key exponential back-off and an overall token
-bucket, so a broken repository or an unreachable cluster cannot spin the reconciler.
+bucket, so a broken repository or an unreachable cluster cannot spin the reconciler. A key added
+``first`` (or promoted) waits in a front lane that workers drain before the others: a replica
+taking repositories over starts with those that have a push pending.
 """
 
 from __future__ import annotations
@@ -52,8 +54,15 @@ class _Unobserved:
         pass
 
 
+class KeyQueue(Protocol[K]):
+    """What triggers need of a queue: adds, now or later."""
+
+    def add(self, key: K, *, first: bool = False) -> None: ...
+    def add_after(self, key: K, delay: float) -> None: ...
+
+
 class WorkQueue(Generic[K]):
-    """Deduplicating FIFO of keys with delayed and rate-limited adds.
+    """Deduplicating FIFO of keys with delayed and rate-limited adds, and a front lane.
 
     ``clock`` is the time base of delays, back-off and the token bucket (tests pass a fake one);
     the ``timeout`` of :meth:`get` is always real time.
@@ -79,6 +88,8 @@ class WorkQueue(Generic[K]):
         self._clock = clock
         self._cond = threading.Condition()
         self._queue: deque[K] = deque()
+        self._front: deque[K] = deque()  # keys added first: handed out before _queue's
+        self._first: set[K] = set()  # keys to queue in front when they are queued again
         self._dirty: set[K] = set()  # keys queued, or re-added while processing
         self._processing: set[K] = set()
         self._waiting: dict[K, float] = {}  # key -> when a delayed add becomes due
@@ -89,9 +100,21 @@ class WorkQueue(Generic[K]):
         self._refilled = clock()
         self._shutting_down = False
 
-    def add(self, key: K) -> None:
+    def add(self, key: K, *, first: bool = False) -> None:
+        """Queue ``key`` once; ``first``: ahead of every key not added first (a waiting key
+        moves to the front lane, one being handled goes there when it is queued again)."""
         with self._cond:
+            if first:
+                self._first.add(key)
+                self._promote(key)
             self._add(key)
+
+    def promote(self, key: K) -> None:
+        """Move ``key`` to the front lane if it waits, or once it is queued again; never adds."""
+        with self._cond:
+            if key in self._dirty or key in self._processing:
+                self._first.add(key)
+                self._promote(key)
 
     def add_after(self, key: K, delay: float) -> None:
         """Add ``key`` once ``delay`` seconds have passed; an earlier pending add wins."""
@@ -135,12 +158,13 @@ class WorkQueue(Generic[K]):
         with self._cond:
             while not self._shutting_down:
                 next_due = self._promote_due()
-                if self._queue:
-                    key = self._queue.popleft()
+                if self._front or self._queue:
+                    key = self._front.popleft() if self._front else self._queue.popleft()
+                    self._first.discard(key)
                     self._dirty.discard(key)
                     self._processing.add(key)
                     now = time.monotonic()
-                    self._observer.started(key, now - self._added.pop(key, now), len(self._queue))
+                    self._observer.started(key, now - self._added.pop(key, now), self._depth())
                     return key
                 wait = None if next_due is None else max(0.0, next_due - self._clock())
                 if deadline is not None:
@@ -158,9 +182,11 @@ class WorkQueue(Generic[K]):
                 self._processing.discard(key)
                 self._observer.finished(key)
             if key in self._dirty:
-                self._queue.append(key)
-                self._observer.added(len(self._queue))
+                self._lane(key).append(key)
+                self._observer.added(self._depth())
                 self._cond.notify()
+            else:
+                self._first.discard(key)  # promoted while handled, and not queued again
 
     def shutdown(self) -> None:
         """Stop handing out keys: every blocked and future :meth:`get` returns None."""
@@ -171,7 +197,19 @@ class WorkQueue(Generic[K]):
     def __len__(self) -> int:
         with self._cond:
             self._promote_due()
-            return len(self._queue)
+            return self._depth()
+
+    def _depth(self) -> int:
+        return len(self._front) + len(self._queue)
+
+    def _lane(self, key: K) -> deque[K]:
+        return self._front if key in self._first else self._queue
+
+    def _promote(self, key: K) -> None:
+        """A waiting key leaves the back lane for the front one (both are short: O(n) is fine)."""
+        if key in self._dirty and key not in self._processing and key in self._queue:
+            self._queue.remove(key)
+            self._front.append(key)
 
     def _add(self, key: K) -> None:
         if self._shutting_down or key in self._dirty:
@@ -179,8 +217,8 @@ class WorkQueue(Generic[K]):
         self._dirty.add(key)
         self._added[key] = time.monotonic()
         if key not in self._processing:
-            self._queue.append(key)
-            self._observer.added(len(self._queue))
+            self._lane(key).append(key)
+            self._observer.added(self._depth())
             self._cond.notify()
 
     def _promote_due(self) -> float | None:

@@ -19,6 +19,11 @@ member Lease, so replicas started together see each other before they take shard
 
 A replica that receives a webhook for a shard it does not hold stamps the shard Lease with an
 annotation; the holder sees it on its next renewal and fetches that shard's repositories.
+
+The holder also records in its shard Leases, with each renewal it writes anyway, the commit each
+of the shard's repositories last passed (``records.py``). A replica that takes the shard
+over, after a kill too, reads it (``recorded``) to tell which repositories had a push nobody
+applied yet, and starts with those (``reconciler/ha/handover.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any
 from klutch_gitops.config import LeaderElection
 from klutch_gitops.kube.client import Kube, KubeError
 from reconciler.ha.leader import LEASES, Action, decide, format_time, lease_spec, released_spec
+from reconciler.ha.records import read_record, with_record
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +122,8 @@ def _role(lease: Mapping[str, Any]) -> str | None:
     return ((lease.get("metadata") or {}).get("labels") or {}).get(ROLE_LABEL)
 
 
-def _annotation(lease: Mapping[str, Any] | None) -> str | None:
-    return (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(FETCH_ANNOTATION)
+def _annotation(lease: Mapping[str, Any] | None, name: str = FETCH_ANNOTATION) -> str | None:
+    return (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(name)
 
 
 class ShardCoordinator:
@@ -126,7 +132,8 @@ class ShardCoordinator:
     Callbacks, all from that thread except ``on_releasing``: ``on_acquired(shard)`` must not block
     (it enqueues work); ``on_releasing(shard)`` runs in a thread of its own and returns once the
     shard's work has stopped, after which the Lease is released; ``on_fetch(shard)`` follows a
-    webhook stamp; ``on_lost()`` ends the process.
+    webhook stamp; ``on_lost()`` ends the process. ``record(shard)``, from that thread too, names
+    the commit each of the shard's repositories last passed here, for the Lease's record.
     """
 
     def __init__(
@@ -138,6 +145,7 @@ class ShardCoordinator:
         on_releasing: Callable[[int], None],
         on_fetch: Callable[[int], None],
         on_lost: Callable[[], None],
+        record: Callable[[int], Mapping[str, str]] | None = None,
     ) -> None:
         self.kube = kube
         self.settings = settings
@@ -147,10 +155,12 @@ class ShardCoordinator:
         self.on_releasing = on_releasing
         self.on_fetch = on_fetch
         self.on_lost = on_lost
+        self.record = record
         self._held: dict[int, float] = {}  # shard -> monotonic time of its last renewal
         self._draining: set[int] = set()  # held, being drained before the release
         self._drained: set[int] = set()  # drained: release on the next round
         self._stamps: dict[int, str | None] = {}  # the fetch annotation last seen per shard
+        self._recorded: dict[int, dict[str, str]] = {}  # the record found when taking a shard
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.lost = False
@@ -171,6 +181,11 @@ class ShardCoordinator:
     def held(self) -> list[int]:
         with self._lock:
             return sorted(self._held)
+
+    def recorded(self, shard: int) -> dict[str, str]:
+        """The commits the shard's previous holder recorded as passed, when this replica took it."""
+        with self._lock:
+            return dict(self._recorded.get(shard, {}))
 
     def start(self) -> ShardCoordinator:
         self._thread.start()
@@ -272,16 +287,29 @@ class ShardCoordinator:
     def _acquire(self, shard: int, lease: Mapping[str, Any] | None, now: datetime) -> None:
         """Take the shard (a 409 means another replica wrote first) and start its work, which
         begins with a fetch: any stamp so far is covered."""
+        with self._lock:
+            self._recorded[shard] = read_record(lease)
         self._write(shard, lease, now)
         self._stamps[shard] = _annotation(lease)
         log.info("acquired a shard", extra={"shard": shard, "identity": self.identity})
         self.on_acquired(shard)
 
     def _write(self, shard: int, lease: Mapping[str, Any] | None, now: datetime) -> None:
-        """Acquire or renew; a failed renewal counts against the deadline, not at once."""
+        """Acquire or renew; a failed renewal counts against the deadline, not at once. The
+        record keeps what the previous holder noted for repositories not passed here yet."""
+        record = self._record(shard)
+        if lease is not None and (record or read_record(lease)):
+            lease = with_record(lease, record)
         self._put(shard_lease(self.settings.name, shard), "shard", lease, now)
         with self._lock:
             self._held[shard] = time.monotonic()
+
+    def _record(self, shard: int) -> dict[str, str]:
+        with self._lock:
+            record = dict(self._recorded.get(shard, {}))
+        if self.record is not None:
+            record.update(self.record(shard))
+        return record
 
     def _put(self, name: str, role: str, lease: Mapping[str, Any] | None, now: datetime) -> None:
         spec = lease_spec(lease, self.identity, self.settings.lease_duration, now)
@@ -334,6 +362,7 @@ class ShardCoordinator:
             log.warning("could not release a shard", extra={"shard": shard, "error": str(error)})
         with self._lock:
             self._held.pop(shard, None)
+            self._recorded.pop(shard, None)
             self._draining.discard(shard)
             self._drained.discard(shard)
         log.info("released a shard", extra={"shard": shard, "identity": self.identity})

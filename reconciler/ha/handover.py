@@ -1,0 +1,161 @@
+"""A replica taking repositories over starts with those that have a push pending.
+
+Taking a shard means registering each of its repositories (clones, informers) and a first pass
+over every claim; a push made while nobody held the shard would wait behind all of that. So the
+taker first asks each remote for its head (``git ls-remote``: no clone, several at once, bounded)
+and compares it with the commits known as passed: what the shard's previous holder recorded in
+the Lease (``records.py``), the RepositoryBinding's status, and the clone left on disk by an
+earlier run. A repository whose head is none of those goes first, in both queues: its
+registration and its first pass (``Lanes``). A repository with nothing known, or a remote that
+does not answer within ``TRIAGE_SECONDS``, keeps the plain order, and a late answer still
+promotes it if it is still waiting.
+
+Registrations run on a pool of their own (``REGISTRATION_WORKERS`` in the manager), beside the
+pass workers, so a pending push's first pass never waits behind other repositories' clones.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from pathlib import Path
+
+from klutch_gitops.git.checkout import Checkout
+from klutch_gitops.git.credentials import separate
+from klutch_gitops.kube.workqueue import WorkQueue
+from reconciler.sync.repository import Key
+
+log = logging.getLogger(__name__)
+
+TRIAGE_WORKERS = 8  # `git ls-remote` processes at once while taking repositories over
+TRIAGE_SECONDS = 5.0  # how long registrations wait for those answers before starting anyway
+# The status fields that name a commit the reconciler passed: the applied one, and the status
+# commit it pushed on top (the branch's head once nobody else pushed).
+PASSED_STATUS_FIELDS = ("lastAppliedCommit", "lastStatusCommit")
+
+
+class Lanes:
+    """Where registrations and passes are queued: ``register`` items on the registration queue,
+    the others on the pass queue; items of an urgent repository go to the front of either, until
+    its first pass ran here."""
+
+    def __init__(self, passes: WorkQueue[Key], registering: WorkQueue[Key]) -> None:
+        self.passes = passes
+        self.registering = registering
+        self._urgent: set[str] = set()
+        self._lock = threading.Lock()
+
+    def queue(self, key: Key) -> WorkQueue[Key]:
+        return self.registering if key[0] == "register" else self.passes
+
+    def add(self, key: Key, *, first: bool = False) -> None:
+        self.queue(key).add(key, first=first or self.urgent(key[1]))
+
+    def add_after(self, key: Key, delay: float) -> None:
+        self.queue(key).add_after(key, delay)
+
+    def urgent(self, name: str) -> bool:
+        with self._lock:
+            return name in self._urgent
+
+    def prioritise(self, name: str) -> None:
+        """Put ``name``'s waiting registration and pass in front, and its later ones too."""
+        with self._lock:
+            self._urgent.add(name)
+        self.registering.promote(("register", name))
+        self.passes.promote(("sync", name))
+
+    def passed(self, name: str) -> None:
+        """A first pass ran: the repository is an ordinary one from now on."""
+        with self._lock:
+            self._urgent.discard(name)
+
+    def shutdown(self) -> None:
+        self.passes.shutdown()
+        self.registering.shutdown()
+
+
+def pending(head: str | None, passed: set[str]) -> bool:
+    """Whether a remote at ``head`` has a push not passed yet; unknown (nothing passed known, or
+    no answer) is not pending: it only orders work."""
+    return head is not None and bool(passed) and head not in passed
+
+
+def status_commits(status: Mapping[str, object] | None) -> set[str]:
+    """The commits a RepositoryBinding's status names as passed."""
+    status = status or {}
+    return {value for field in PASSED_STATUS_FIELDS if isinstance(value := status.get(field), str)}
+
+
+def clone_head(work_dir: Path, name: str, url: str, branch: str) -> str | None:
+    """The commit the clone an earlier run left in the work directory is at, if there is one."""
+    root = work_dir / name / "source"
+    if not (root / ".git").is_dir():
+        return None
+    url, credentials = separate(url, None)
+    return Checkout(root, url, branch, credentials, 10.0).head
+
+
+class TakeOver:
+    """Queues the registrations of repositories this replica takes over, pending pushes first.
+
+    ``remote_head(name)`` asks a remote for its branch's head (it may raise); ``passed(name)``
+    names the commits known as passed, besides ``recorded``, the shard Lease's record.
+    """
+
+    def __init__(
+        self,
+        lanes: Lanes,
+        remote_head: Callable[[str], str | None],
+        passed: Callable[[str], set[str]],
+    ) -> None:
+        self.lanes = lanes
+        self.remote_head = remote_head
+        self.passed = passed
+        self.pool = ThreadPoolExecutor(TRIAGE_WORKERS, thread_name_prefix="take-over")
+
+    def start(self, names: Iterable[str], recorded: Mapping[str, str]) -> None:
+        """Triage and queue in a thread of its own: the shard thread must not block."""
+        names, recorded = list(names), dict(recorded)
+        threading.Thread(
+            target=self.run, args=(names, recorded), name="take-over", daemon=True
+        ).start()
+
+    def run(self, names: list[str], recorded: Mapping[str, str]) -> None:
+        try:
+            futures: dict[Future[bool], str] = {
+                self.pool.submit(self._pending, name, recorded.get(name)): name for name in names
+            }
+        except RuntimeError:  # the reconciler stops: nothing to queue any more
+            return
+        answered, late = wait(futures, timeout=TRIAGE_SECONDS)
+        first = sorted(futures[f] for f in answered if not f.exception() and f.result())
+        if first:
+            log.info("taking over with pushes pending first", extra={"repositories": first})
+        for name in first:
+            self.lanes.prioritise(name)
+        for name in names:
+            self.lanes.add(("register", name))
+        for future in late:
+            future.add_done_callback(lambda f, name=futures[future]: self._answered(f, name))
+
+    def _answered(self, future: Future[bool], name: str) -> None:
+        if not future.exception() and future.result():
+            log.info("a push pending, found late", extra={"repository": name})
+            self.lanes.prioritise(name)
+
+    def _pending(self, name: str, recorded: str | None) -> bool:
+        known = self.passed(name) | ({recorded} if recorded else set())
+        if not known:
+            return False
+        try:
+            head = self.remote_head(name)
+        except Exception as error:  # an unanswered remote only keeps its place
+            log.info("no head for a take-over", extra={"repository": name, "error": str(error)})
+            return False
+        return pending(head, known)
+
+    def stop(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
