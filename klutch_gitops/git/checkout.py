@@ -233,6 +233,18 @@ class Checkout:
         )
         return out.strip() or None
 
+    def changed_files(self, old: str, new: str, folder: str) -> list[str] | None:
+        """The repository paths under ``folder`` ("." = all) that differ between two commits,
+        a renamed file under both its names; None when git cannot tell (a commit it no longer
+        has, say): the caller reads everything instead."""
+        spec = [] if folder in ("", ".") else [f":(literal){folder}"]
+        status, out, _ = self._git(
+            "diff", "--no-renames", "--no-ext-diff", "--name-only", "-z", old, new, "--", *spec
+        )
+        if status != 0:
+            return None
+        return [name for name in out.split("\0") if name]
+
     def trailers(self, sha: str) -> dict[str, list[str]]:
         """The git trailers (``Key: value`` lines ending the message) of a commit."""
         out = self._run("log", "-1", "--format=%(trailers:only,unfold)", sha, "--")

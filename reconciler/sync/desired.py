@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,9 @@ class DesiredState:
     rejections: tuple[Rejection, ...]  # sorted by (file, document)
 
 
+FileResult = tuple[list[Claim], list[Rejection]]  # one file's claims and refusals
+
+
 def load_desired(
     root: Path,
     path: str,
@@ -63,6 +66,17 @@ def load_desired(
     exports: keyed by (group, kind); allowed_namespaces: None = any namespace.
     """
     root = root.resolve()
+    top = folder_of(root, path)
+    if isinstance(top, DesiredState):
+        return top
+    rules = Rules(exports, allowed_namespaces)
+    files, rejections = yaml_files(root, top)
+    return assemble(rejections, [load_file(name, file, rules, limits) for name, file in files])
+
+
+def folder_of(root: Path, path: str) -> Path | DesiredState:
+    """The folder (or file) ``path`` names in the resolved work tree ``root``, or the refusal
+    when it is no folder of the repository."""
     folder = posixpath.normpath(path.strip() or ".")
     try:
         top = Path(os.path.realpath(root / folder))
@@ -84,11 +98,15 @@ def load_desired(
             f"the folder {folder} does not exist in the repository",
             "Create it, or bind the repository with the folder that holds the claims.",
         )
-    rules = Rules(exports, allowed_namespaces)
-    files, rejections = yaml_files(root, top)
+    return top
+
+
+def assemble(walked: list[Rejection], results: Iterable[FileResult]) -> DesiredState:
+    """The desired state of the files' results in file order, after the walk's own refusals:
+    the first definition of an object wins across all of them."""
     loaded: list[Claim] = []
-    for name, file in files:
-        claims, refused = _load_file(name, file, rules, limits)
+    rejections = list(walked)
+    for claims, refused in results:
         loaded += claims
         rejections += refused
     claims, duplicates = _first_definitions(loaded)
@@ -101,9 +119,8 @@ def _refused(file: str, message: str, fix: str) -> DesiredState:
     return DesiredState((), (Rejection(file, message, fix),))
 
 
-def _load_file(
-    name: str, file: Path, rules: Rules, limits: Limits
-) -> tuple[list[Claim], list[Rejection]]:
+def load_file(name: str, file: Path, rules: Rules, limits: Limits) -> FileResult:
+    """One file's claims and refusals (``name``: its repository path, ``file``: what to read)."""
     try:
         documents = load_documents(read_text(file, limits.max_file_bytes), limits)
     except Unreadable as error:

@@ -8,6 +8,7 @@ or an ``Unreadable`` for the loader to report, never an exception that stops a r
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from klutch_gitops.manifests import Rejection
@@ -22,15 +23,32 @@ class Unreadable(Exception):
         self.message, self.fix = message, fix
 
 
+@dataclass(frozen=True)
+class Walk:
+    """What one walk found; ``linked``: a symlink lies under the folder, whose target can change
+    without its own path changing (an incremental load cannot trust a diff then)."""
+
+    files: list[tuple[str, Path]]
+    rejections: list[Rejection]
+    linked: bool
+
+
 def yaml_files(root: Path, top: Path) -> tuple[list[tuple[str, Path]], list[Rejection]]:
     """Every YAML file under ``top`` as (repository path, path to read), sorted by repository path.
 
     Walks with an explicit stack (no recursion limit to hit) and never follows a linked folder.
     """
+    found = walk(root, top)
+    return found.files, found.rejections
+
+
+def walk(root: Path, top: Path) -> Walk:
+    """``yaml_files``, and whether the folder holds any symlink."""
     if top.is_file():
-        return [(top.relative_to(root).as_posix(), top)], []
+        return Walk([(top.relative_to(root).as_posix(), top)], [], top.is_symlink())
     files: list[tuple[str, Path]] = []
     rejections: list[Rejection] = []
+    linked = False
     folders = [top]
     while folders:
         folder = folders.pop()
@@ -51,6 +69,7 @@ def yaml_files(root: Path, top: Path) -> tuple[list[tuple[str, Path]], list[Reje
             path = Path(entry.path)
             name = path.relative_to(root).as_posix()
             if entry.is_symlink():
+                linked = True
                 followed = _follow(root, path, name)
                 if isinstance(followed, Rejection):
                     rejections.append(followed)
@@ -58,9 +77,14 @@ def yaml_files(root: Path, top: Path) -> tuple[list[tuple[str, Path]], list[Reje
                     files.append((name, followed))
             elif entry.is_dir(follow_symlinks=False):
                 folders.append(path)
-            elif entry.name.endswith(YAML_SUFFIXES) and entry.is_file(follow_symlinks=False):
+            elif is_yaml_name(entry.name) and entry.is_file(follow_symlinks=False):
                 files.append((name, path))
-    return sorted(files), rejections
+    return Walk(sorted(files), rejections, linked)
+
+
+def is_yaml_name(name: str) -> bool:
+    """Whether a file of this name is read as YAML."""
+    return name.endswith(YAML_SUFFIXES)
 
 
 def _follow(root: Path, link: Path, name: str) -> Path | Rejection | None:
