@@ -119,9 +119,10 @@ def measure_pushes(
     try:
         for size in sorted(set(sizes)):
             note = f"{pushes} pushes"
-            if size != team.claims:
+            if (was := team.claims) != size:
                 took = resize(clusters, team, size, progress)
-                note += f"; grown or shrunk to {size} claims in one push, {took:.1f} s"
+                how = "grown" if size > was else "shrunk"
+                note += f"; {how} from {was} claims in one push, both clusters in {took:.1f} s"
             before = remote_head(team.tenant.remote)
             latency, push, apply = push_round(clusters, team, expect, pushes, work, progress)
             name = f"push → CP copy ({size}-claim repo)"

@@ -11,8 +11,8 @@
    kube-apiservers, an idle Python process and the lease duration, 3 against 1.
 
 1 and 3 are measured in ``bench/team.py`` (Flux: ``bench/flux.py``), 2 in ``bench/pushes.py``,
-4 in ``bench/fleet.py`` (its replica processes:
-``bench/replica.py``); this module runs them and reports. Run with ``make bench`` (or
+4 in ``bench/fleet.py`` (its replica processes: ``bench/replica.py``); this module runs them and
+reports. Run with ``make bench`` (or
 ``python -m bench.reconciler --quick``). Nothing here asserts a time; the exit code is 1 only
 when a measurement could not complete.
 """
@@ -108,6 +108,31 @@ def sizes_of(args: argparse.Namespace) -> Sizes:
 # -- the run ---------------------------------------------------------------------------------
 
 
+Attempt = Callable[[str, Callable[[Progress], list[Figure]]], list[Figure] | None]
+
+
+def team_steps(
+    clusters: Clusters, team: Team, work: Path, sizes: Sizes, steps: set[str], attempt: Attempt
+) -> float | None:
+    """1 to 3 on the team's repository (status before the pushes, which resize it); (1)'s
+    kubectl seconds per claim, for the fleet's baseline, or None when the cold sync failed."""
+    n = sizes.claims
+    got = attempt("cold sync", lambda p: measure_cold_sync(clusters, team, work, p))
+    if got is None:
+        return None
+    cold = next(f for f in got if f.baseline == KUBECTL_COLD.format(n=n))
+    if "cold" in steps:  # the peer only: our cold sync runs for the others too
+        attempt("Flux", lambda p: measure_flux_peer(clusters, work, cold, n, p))
+    if "status" in steps:
+        attempt("status latency", lambda p: measure_status(clusters, team, sizes.status_changes, p))
+    if "push" in steps:
+        attempt(
+            "push latency",
+            lambda p: measure_pushes(clusters, team, sizes.push_sizes, sizes.pushes, work, p),
+        )
+    return (cold.baseline_value or 0) / n
+
+
 def run_steps(
     clusters: Clusters, work: Path, sizes: Sizes, steps: set[str], failures: list[str]
 ) -> list[Figure]:
@@ -116,7 +141,7 @@ def run_steps(
     team: Team | None = None
     kubectl_per_claim: float | None = None
 
-    def attempt(step: str, run: Callable[[Progress], list[Figure]]) -> bool:
+    def attempt(step: str, run: Callable[[Progress], list[Figure]]) -> list[Figure] | None:
         with console.status(step) as status:
             try:
                 got = run(lambda text: status.update(f"{step}: {text}"))
@@ -125,36 +150,20 @@ def run_steps(
                     logging.getLogger("bench").exception("%s failed", step)
                 failures.append(f"{step}: {error}")
                 console.print(f"[red]{step} did not complete:[/red] {error}")
-                return False
+                return None
         figures.extend(got)
         for figure in got:
             against = f" (baseline {figure.baseline_value:.3f})" if figure.baseline_value else ""
             console.print(
                 f"[green]✓[/green] {figure.name}: {figure.value:.3f} {figure.unit}{against}"
             )
-        return True
+        return got
 
     try:
         if steps & {"cold", "push", "status"}:
-            n = sizes.claims
             team = prepare_team(clusters, work, sizes.claims)
-            if attempt("cold sync", lambda p: measure_cold_sync(clusters, team, work, p)):
-                cold = next(f for f in figures if f.baseline == KUBECTL_COLD.format(n=n))
-                kubectl_per_claim = (cold.baseline_value or 0) / sizes.claims
-                attempt("Flux", lambda p: measure_flux_peer(clusters, work, cold, sizes.claims, p))
-                if "status" in steps:  # before the pushes, which resize the repository
-                    attempt(
-                        "status latency",
-                        lambda p: measure_status(clusters, team, sizes.status_changes, p),
-                    )
-                if "push" in steps:
-                    attempt(
-                        "push latency",
-                        lambda p: measure_pushes(
-                            clusters, team, sizes.push_sizes, sizes.pushes, work, p
-                        ),
-                    )
-            else:
+            kubectl_per_claim = team_steps(clusters, team, work, sizes, steps, attempt)
+            if kubectl_per_claim is None:
                 failures += [f"{s}: not run, the cold sync did not complete" for s in STEPS[1:3]]
         if team is not None and team.reconciler is not None:
             team.reconciler.stop()  # the RSS run gets the machine to itself

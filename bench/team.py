@@ -128,7 +128,7 @@ def measure_cold_sync(
     for kube in (clusters.app, clusters.control_plane):
         namespace(kube, writer)
     apis = {"app": clusters.app.api, "control-plane": clusters.control_plane.api}
-    limit = concurrent_apply(apis, dict.fromkeys(apis, writer), n)
+    limit, cpu = concurrent_apply(apis, dict.fromkeys(apis, writer), n)
     for kube in (clusters.app, clusters.control_plane):
         if (got := count(kube, POSTGRES, writer)) != n:
             raise BenchFailure(f"the concurrent writer left {got} of {n} claims in {writer}")
@@ -148,7 +148,7 @@ def measure_cold_sync(
             ours,
             f"concurrent server-side-apply writer, {n} claims into each cluster",
             limit,
-            note=f"{INFLIGHT} requests in flight (bench/ssa.py)",
+            note=f"{INFLIGHT} requests in flight (bench/ssa.py); the writer's CPU {cpu:.2f} s",
         ),
     ]
 
