@@ -3,10 +3,17 @@
 The App copy is applied without force (another field manager's fields are a reported conflict),
 the Control Plane copy with force (it is our mirror: drift there is reverted). In external mode
 the App copy only gets our label and finalizer; the spec there is the tool's.
+
+"App first" is per claim: a Control Plane copy is written only once its App object was accepted
+(it carries our finalizer, so the copy is never left without the object whose deletion removes
+it), and the Normal Event about the copy goes on that object. Across claims the two clusters are
+written at once: one pool per cluster, a claim's Control Plane write queued when its App write
+returns, so a cold sync costs the slower cluster's time, not the sum of both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -17,7 +24,9 @@ from klutch_gitops.manifests import Claim, Rejection
 from reconciler.sync import events, objects
 from reconciler.sync.view import View, claim_resource
 
-APPLY_CONCURRENCY = 8  # writes in flight per pass; the client's connection pool holds 10
+# Writes in flight per cluster: each cluster's client pools 10 connections, and the informers'
+# watches and the Event writer hold some of them.
+APPLY_CONCURRENCY = 8
 
 REFUSAL_FIXES = {
     409: "another field manager owns these fields: remove them from Git or from the other tool",
@@ -54,9 +63,25 @@ def apply_claims(view: View, claims: tuple[Claim, ...], source: Source) -> list[
     if len(writes) <= 1:
         found = [write_claim(view, write, source.external) for write in writes]
     else:
-        with ThreadPoolExecutor(APPLY_CONCURRENCY, thread_name_prefix="apply") as pool:
-            found = list(pool.map(lambda write: write_claim(view, write, source.external), writes))
+        found = write_both(view, writes, source.external)
     return [p for problems in found for p in problems]
+
+
+def write_both(view: View, writes: list[Write], external: bool) -> list[list[Rejection]]:
+    """Each write's problems, the App Cluster and the Control Plane written by a pool each: a
+    claim's Control Plane write is queued when its App write returns (or at once without one).
+    Returns once every write is done; an unexpected error is raised after that."""
+    with ThreadPoolExecutor(APPLY_CONCURRENCY, thread_name_prefix="apply-cp") as cp_pool:
+
+        def app_then_cp(write: Write) -> Callable[[], list[Rejection]]:
+            live, problems = write_app(view, write, external)
+            if problems or write.cp_body is None:
+                return lambda: problems
+            return cp_pool.submit(write_cp, view, write, write.cp_body, live).result
+
+        with ThreadPoolExecutor(APPLY_CONCURRENCY, thread_name_prefix="apply-app") as app_pool:
+            queued = list(app_pool.map(app_then_cp, writes))
+        return [result() for result in queued]
 
 
 def plan(view: View, claim: Claim, source: Source) -> Write | None:
@@ -89,31 +114,46 @@ def plan(view: View, claim: Claim, source: Source) -> Write | None:
 
 
 def write_claim(view: View, write: Write, external: bool) -> list[Rejection]:
+    """One claim: its App copy, then (if that was accepted) its Control Plane copy."""
+    live, problems = write_app(view, write, external)
+    if problems or write.cp_body is None:
+        return problems
+    return write_cp(view, write, write.cp_body, live)
+
+
+def write_app(view: View, write: Write, external: bool) -> tuple[dict | None, list[Rejection]]:
+    """The App copy, if it differs: the live App object afterwards, and the refusal if any
+    (with a Warning Event on the object where it exists)."""
     claim, resource = write.claim, write.resource
     ident = claim.identity
     live = view.app_claim(view.export_of(claim), ident.namespace, ident.name)
-    if write.app_body is not None:
-        try:
-            live = apply_app(view, resource, write.app_body, external) or live
-        except KubeError as error:
-            if live is not None:
-                view.event(resource, live, "ApplyFailed", error.message)
-            return [refusal(claim, error, "App Cluster")]
-    if write.cp_body is not None:
-        try:
-            view.apply_cp(resource, write.cp_body)
-        except KubeError as error:
-            return [refusal(claim, error, "Control Plane")]
-        failpoint("controlplane.after-apply")
-        if live is not None:  # a Normal Event on change only: an unchanged copy is not applied
-            namespace = write.cp_body["metadata"]["namespace"]
-            view.event(
-                resource,
-                live,
-                events.APPLIED,
-                f"applied {claim.location} to the Control Plane (namespace {namespace})",
-                NORMAL,
-            )
+    if write.app_body is None:
+        return live, []
+    try:
+        return apply_app(view, resource, write.app_body, external) or live, []
+    except KubeError as error:
+        if live is not None:
+            view.event(resource, live, "ApplyFailed", error.message)
+        return live, [refusal(claim, error, "App Cluster")]
+
+
+def write_cp(view: View, write: Write, body: dict, live: dict | None) -> list[Rejection]:
+    """The Control Plane copy ``body``, and a Normal Event about it on the App object ``live``."""
+    claim, resource = write.claim, write.resource
+    try:
+        view.apply_cp(resource, body)
+    except KubeError as error:
+        return [refusal(claim, error, "Control Plane")]
+    failpoint("controlplane.after-apply")
+    if live is not None:  # a Normal Event on change only: an unchanged copy is not applied
+        namespace = body["metadata"]["namespace"]
+        view.event(
+            resource,
+            live,
+            events.APPLIED,
+            f"applied {claim.location} to the Control Plane (namespace {namespace})",
+            NORMAL,
+        )
     return []
 
 
