@@ -268,7 +268,7 @@ class Reconciler:
     def _shard_acquired(self, shard: int) -> None:
         assert self.shards is not None
         names = self._in_shard(list(self.registrations.specs), shard)
-        self.take_over.start(names, self.shards.recorded(shard))
+        self.take_over.start(names, self.shards.recorded(shard), self.shards.unseen(shard))
 
     def _record(self, shard: int) -> dict[str, str]:
         """The commit each of the shard's repositories last passed here, for its Lease."""

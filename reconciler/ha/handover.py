@@ -5,10 +5,11 @@ over every claim; a push made while nobody held the shard would wait behind all 
 taker first asks each remote for its head (``git ls-remote``: no clone, several at once, bounded)
 and compares it with the commits known as passed: what the shard's previous holder recorded in
 the Lease (``records.py``), the RepositoryBinding's status, and the clone left on disk by an
-earlier run. A repository whose head is none of those goes first, in both queues: its
-registration and its first pass (``Lanes``). A repository with nothing known, or a remote that
-does not answer within ``TRIAGE_SECONDS``, keeps the plain order, and a late answer still
-promotes it if it is still waiting.
+earlier run. A repository whose head is none of those goes first, and so does one a webhook
+stamped on the Lease after its holder's last renewal (its remote need not be asked), in both
+queues: its registration and its first pass (``Lanes``). A repository with nothing known, or
+a remote that does not answer within ``TRIAGE_SECONDS``, keeps the plain order, and a late
+answer still promotes it if it is still waiting.
 
 Registrations run on a pool of their own (``REGISTRATION_WORKERS`` in the manager), beside the
 pass workers, so a pending push's first pass never waits behind other repositories' clones.
@@ -116,14 +117,21 @@ class TakeOver:
         self.passed = passed
         self.pool = ThreadPoolExecutor(TRIAGE_WORKERS, thread_name_prefix="take-over")
 
-    def start(self, names: Iterable[str], recorded: Mapping[str, str]) -> None:
+    def start(
+        self, names: Iterable[str], recorded: Mapping[str, str], stamped: str | None = None
+    ) -> None:
         """Triage and queue in a thread of its own: the shard thread must not block."""
         names, recorded = list(names), dict(recorded)
         threading.Thread(
-            target=self.run, args=(names, recorded), name="take-over", daemon=True
+            target=self.run, args=(names, recorded, stamped), name="take-over", daemon=True
         ).start()
 
-    def run(self, names: list[str], recorded: Mapping[str, str]) -> None:
+    def run(
+        self, names: list[str], recorded: Mapping[str, str], stamped: str | None = None
+    ) -> None:
+        """``stamped``: a registration a webhook named, pending without asking its remote."""
+        if stamped in names:
+            self.lanes.prioritise(stamped)
         try:
             futures: dict[Future[bool], str] = {
                 self.pool.submit(self._pending, name, recorded.get(name)): name for name in names

@@ -3,6 +3,8 @@ repositories last passed, so a replica taking the shard over, after a kill too, 
 repositories had a push nobody applied yet without cloning them (``handover.py``).
 
 The record rides on the renewals the holder writes anyway (``shards.py``): no request of its own.
+A webhook's stamp on the Lease names the pushed registration too: one stamped after the holder's
+last renewal was likely never seen by it.
 """
 
 from __future__ import annotations
@@ -48,3 +50,12 @@ def with_record(lease: Mapping[str, Any], record: Mapping[str, str]) -> dict[str
         )
     metadata["annotations"] = annotations
     return {**lease, "metadata": metadata}
+
+
+def unseen_push(stamp: str | None, lease: Mapping[str, Any] | None) -> str | None:
+    """The registration a fetch stamp (``time identity [registration]``) names, when it came
+    after the Lease's last renewal: pushed while its holder was gone or going."""
+    time_, _, rest = (stamp or "").partition(" ")
+    _, _, name = rest.partition(" ")
+    renewed = ((lease or {}).get("spec") or {}).get("renewTime") or ""
+    return name or None if time_ > renewed else None

@@ -40,7 +40,7 @@ from typing import Any
 from klutch_gitops.config import LeaderElection
 from klutch_gitops.kube.client import Kube, KubeError
 from reconciler.ha.leader import LEASES, Action, decide, format_time, lease_spec, released_spec
-from reconciler.ha.records import read_record, with_record
+from reconciler.ha.records import read_record, unseen_push, with_record
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,7 @@ class ShardCoordinator:
         self._drained: set[int] = set()  # drained: release on the next round
         self._stamps: dict[int, str | None] = {}  # the fetch annotation last seen per shard
         self._recorded: dict[int, dict[str, str]] = {}  # the record found when taking a shard
+        self._unseen: dict[int, str | None] = {}  # a stamped push its last holder did not see
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.lost = False
@@ -187,6 +188,12 @@ class ShardCoordinator:
         with self._lock:
             return dict(self._recorded.get(shard, {}))
 
+    def unseen(self, shard: int) -> str | None:
+        """The registration a webhook stamped on the shard's Lease after its last renewal before
+        this replica took it: a push its previous holder likely never fetched."""
+        with self._lock:
+            return self._unseen.get(shard)
+
     def start(self) -> ShardCoordinator:
         self._thread.start()
         return self
@@ -202,9 +209,10 @@ class ShardCoordinator:
         except KubeError as error:
             log.warning("could not delete the member lease", extra={"error": str(error)})
 
-    def request_fetch(self, shard: int) -> None:
-        """Ask the shard's holder, whoever it is, to fetch its repositories."""
-        stamp = f"{format_time(datetime.now(UTC))} {self.identity}"
+    def request_fetch(self, shard: int, name: str | None = None) -> None:
+        """Ask the shard's holder, whoever it is, to fetch its repositories; ``name``, the pushed
+        registration, tells a replica that takes the shard over where to start."""
+        stamp = f"{format_time(datetime.now(UTC))} {self.identity}" + (f" {name}" if name else "")
         try:
             self.kube.patch(
                 LEASES,
@@ -289,6 +297,7 @@ class ShardCoordinator:
         begins with a fetch: any stamp so far is covered."""
         with self._lock:
             self._recorded[shard] = read_record(lease)
+            self._unseen[shard] = unseen_push(_annotation(lease), lease)
         self._write(shard, lease, now)
         self._stamps[shard] = _annotation(lease)
         log.info("acquired a shard", extra={"shard": shard, "identity": self.identity})
@@ -363,6 +372,7 @@ class ShardCoordinator:
         with self._lock:
             self._held.pop(shard, None)
             self._recorded.pop(shard, None)
+            self._unseen.pop(shard, None)
             self._draining.discard(shard)
             self._drained.discard(shard)
         log.info("released a shard", extra={"shard": shard, "identity": self.identity})

@@ -60,7 +60,7 @@ class WebhookDispatch:
             if sync is not None:
                 sync.trigger_fetch()
             elif self.shards is not None and not self.shards.owns(name):
-                self.shards.request_fetch(self.shards.shard(name))
+                self.shards.request_fetch(self.shards.shard(name), name)
             else:
                 continue  # suspended, or not registered (an error is reported for it)
             triggered += 1

@@ -16,7 +16,7 @@ from klutch_gitops.config import LeaderElection
 from klutch_gitops.kube.workqueue import WorkQueue
 from reconciler.ha.handover import Lanes, TakeOver, pending, status_commits
 from reconciler.ha.leader import format_time
-from reconciler.ha.records import RECORD_ANNOTATION, read_record, with_record
+from reconciler.ha.records import RECORD_ANNOTATION, read_record, unseen_push, with_record
 from reconciler.ha.shards import GROUP_LABEL, ROLE_LABEL, ShardCoordinator, shard_lease
 from reconciler.sync.repository import Key
 
@@ -46,6 +46,24 @@ def test_a_record_round_trips_and_an_unreadable_one_counts_as_none() -> None:
     for text in ("{not json", '["a"]', '{"team-a": 1}'):
         assert read_record({"metadata": {"annotations": {RECORD_ANNOTATION: text}}}) == {}
     assert read_record(None) == {}
+
+
+def test_a_stamped_push_after_the_last_renewal_was_not_seen() -> None:
+    renewed = {"spec": {"renewTime": "2026-11-25T06:00:00.000000Z"}}
+    assert unseen_push("2026-11-25T06:00:01.000000Z b team-a", renewed) == "team-a"
+    assert unseen_push("2026-11-25T05:59:59.000000Z b team-a", renewed) is None  # renewed since
+    assert unseen_push("2026-11-25T06:00:01.000000Z b", renewed) is None  # an older replica's
+    assert unseen_push(None, renewed) is None
+
+
+def test_a_stamped_repository_goes_first_without_asking_its_remote() -> None:
+    order = lanes()
+    asked: list[str] = []
+    take_over = TakeOver(order, lambda name: asked.append(name) or A, lambda _name: set())
+    take_over.run(["one", "two"], {}, stamped="two")
+    assert [name for _, name in drain(order.registering)] == ["two", "one"]
+    assert asked == []  # nothing known as passed: no remote asked
+    take_over.stop()
 
 
 def test_a_push_is_pending_only_when_the_head_is_known_to_differ() -> None:
