@@ -37,6 +37,7 @@ from bench.flux import measure_flux_peer
 from bench.measure import BenchFailure, Progress
 from bench.pushes import measure_pushes
 from bench.report import Figure, load_previous, render, save
+from bench.ssa import INFLIGHT
 from bench.stack import Clusters, running_stack
 from bench.team import (
     DEFAULTS,
@@ -59,6 +60,7 @@ class Sizes:
     claims: int
     pushes: int
     push_sizes: tuple[int, ...]
+    ssa_inflight: int
     status_changes: int
     repos: int
     claims_per_repo: int
@@ -75,6 +77,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pushes", type=int, help="pushes for the push latency (50)")
     parser.add_argument(
         "--push-sizes", help="repository sizes of the push latency, in one run (200,1000,5000)"
+    )
+    parser.add_argument(
+        "--ssa-inflight", type=int, help=f"requests in flight of the concurrent writer ({INFLIGHT})"
     )
     parser.add_argument("--status-changes", type=int, help="status changes (20)")
     parser.add_argument("--repos", type=int, help="repositories for the RSS run (100)")
@@ -98,6 +103,7 @@ def sizes_of(args: argparse.Namespace) -> Sizes:
         push_sizes=tuple(
             int(n) for n in (args.push_sizes or ("50,200" if small else "200,1000,5000")).split(",")
         ),
+        ssa_inflight=args.ssa_inflight or INFLIGHT,
         status_changes=args.status_changes or (5 if small else 20),
         repos=args.repos or (10 if small else 100),
         claims_per_repo=args.claims_per_repo or (20 if small else 100),
@@ -117,7 +123,9 @@ def team_steps(
     """1 to 3 on the team's repository (status before the pushes, which resize it); (1)'s
     kubectl seconds per claim, for the fleet's baseline, or None when the cold sync failed."""
     n = sizes.claims
-    got = attempt("cold sync", lambda p: measure_cold_sync(clusters, team, work, p))
+    got = attempt(
+        "cold sync", lambda p: measure_cold_sync(clusters, team, work, sizes.ssa_inflight, p)
+    )
     if got is None:
         return None
     cold = next(f for f in got if f.baseline == KUBECTL_COLD.format(n=n))

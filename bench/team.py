@@ -17,7 +17,7 @@ from pathlib import Path
 from bench.claims import claim_file, claim_files, claim_name
 from bench.measure import BenchFailure, Expect, Progress, converge, count
 from bench.report import Figure, percentile
-from bench.ssa import INFLIGHT, concurrent_apply
+from bench.ssa import concurrent_apply
 from bench.stack import Clusters
 from klutch_gitops.config import Config
 from klutch_gitops.dev.localstack import binaries
@@ -97,9 +97,10 @@ def prepare_team(clusters: Clusters, work: Path, claims: int) -> Team:
 
 
 def measure_cold_sync(
-    clusters: Clusters, team: Team, work: Path, progress: Progress
+    clusters: Clusters, team: Team, work: Path, inflight: int, progress: Progress
 ) -> list[Figure]:
-    """Ours, then kubectl into one cluster, then the concurrent writer into both."""
+    """Ours, then kubectl into one cluster, then the concurrent writer into both with
+    ``inflight`` requests in flight."""
     n, tenant = team.claims, team.tenant
     started = time.monotonic()
     team.reconciler = tenant.reconciler.start()
@@ -123,12 +124,12 @@ def measure_cold_sync(
         "-f",
         str(team.baseline_dir),
     )
-    progress(f"{INFLIGHT} server-side applies in flight, {n} claims into each cluster")
+    progress(f"{inflight} server-side applies in flight, {n} claims into each cluster")
     writer = f"ssa-{uuid.uuid4().hex[:6]}"
     for kube in (clusters.app, clusters.control_plane):
         namespace(kube, writer)
     apis = {"app": clusters.app.api, "control-plane": clusters.control_plane.api}
-    limit, cpu = concurrent_apply(apis, dict.fromkeys(apis, writer), n)
+    limit, cpu = concurrent_apply(apis, dict.fromkeys(apis, writer), n, inflight)
     for kube in (clusters.app, clusters.control_plane):
         if (got := count(kube, POSTGRES, writer)) != n:
             raise BenchFailure(f"the concurrent writer left {got} of {n} claims in {writer}")
@@ -148,7 +149,7 @@ def measure_cold_sync(
             ours,
             f"concurrent server-side-apply writer, {n} claims into each cluster",
             limit,
-            note=f"{INFLIGHT} requests in flight (bench/ssa.py); the writer's CPU {cpu:.2f} s",
+            note=f"{inflight} requests in flight (bench/ssa.py); the writer's CPU {cpu:.2f} s",
         ),
     ]
 
