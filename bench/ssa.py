@@ -28,9 +28,10 @@ from klutch_gitops.dev.testkit.claims import POSTGRES
 # 8 at a time per cluster, as the reconciler writes eight at a time within a pass: the two
 # kube-apiservers and etcd share two cores, so more in flight mostly queues (their default
 # --max-mutating-requests-inflight is 200, far above) and costs the writer CPU on the same cores.
-# A/B on a busy machine (load 30; /tmp A/B script, 2 x 1000 claims, two rounds): 4 in flight
-# 8.5-10.6 s, 8: 14.5-16.0 s, 16: 12.4-15.2 s, 32: 14.0-24.3 s, 64: 26-28 s; the writer's CPU
-# 3.3, 4.5, 5.9, 7.5, 13 s. Too noisy to pick from: ``--ssa-inflight`` lets an idle run try others.
+# A/B in one process on one stack (concurrent_apply at each limit, 2 x 1000 claims, two rounds)
+# on a busy machine (load 30): 4 in flight 8.5-10.6 s, 8: 14.5-16.0 s, 16: 12.4-15.2 s, 32:
+# 14.0-24.3 s, 64: 26-28 s; the writer's CPU 3.3, 4.5, 5.9, 7.5, 13 s. Too noisy to pick from;
+# ``--ssa-inflight`` lets an idle run try others.
 INFLIGHT = 16
 MANAGER = "bench-ssa-writer"
 
