@@ -10,6 +10,7 @@ from klutch_gitops.manifests import Claim, Export, Identity, Rejection
 from reconciler.sync import events, objects, progress
 from reconciler.sync.desired import DesiredState
 from reconciler.sync.prune import HELD_FIELD
+from reconciler.sync.unchanged import Quiet
 from reconciler.sync.view import View, claim_resource, resource_of
 from reconciler.sync.writeback import ObservedStatus
 
@@ -29,6 +30,7 @@ def observe(
     repository: str,
     problems: tuple[Rejection, ...] = (),
     konnector_kinds: Collection[str] = (),
+    quiet: Quiet | None = None,
 ) -> tuple[ObservedStatus, ...]:
     """Copy status and provider-owned Secrets to the mirrored App objects; return what Git
     gets (the status of every claim Git holds).
@@ -38,25 +40,23 @@ def observe(
     refused, so the live claim keeps its old spec), never another stage's: a kind a foreign
     konnector serves or another repository's object is not ours to write status on.
     An object whose deletion the pass holds (prune.deletion_held) says ``Ready`` False.
-    ``konnector_kinds``: the exports (by name) a konnector of Klutch's serves."""
+    ``konnector_kinds``: the exports (by name) a konnector of Klutch's serves.
+    ``quiet``: the claims whose mirroring wrote nothing last time, to pass over while nothing
+    it reads changed (``unchanged.Quiet``); None mirrors every claim."""
     held = events.refusals_by_claim(tuple(p for p in problems if p.field == HELD_FIELD))
     told = events.refusals_by_claim(tuple(p for p in problems if p.field != HELD_FIELD))
     statuses = tuple(observed(view, claim, held) for claim in desired.claims)
     untold = events.refusals_by_claim(desired.rejections)
+    quiet = quiet or Quiet()
     for claim in mirrored:
+        ident = claim.identity
         export = view.export_of(claim)
-        live = view.app_claim(export, claim.identity.namespace, claim.identity.name)
-        copy = upstream(view, claim)
-        if live is None or copy is None:
-            continue
-        target = view.mapping[claim.identity.namespace]
-        in_sync = not objects.needs_apply(objects.control_plane_object(claim, target), copy)
-        resource = claim_resource(export, claim)
-        # Klutch's konnector writes the App status of a kind it serves too, copying the Control
-        # Plane's as it is: our generation marks there would have the two rewrite each other.
-        marks = (False, False) if export.name in konnector_kinds else stamps(export, live)
-        mirror_status(view, resource, live, copy, in_sync, told, held, *marks)
-        copy_secrets(view, claim, live, target, repository)
+        marks = export.name in konnector_kinds
+        inputs = quiet.inputs(view, claim, (told.get(ident), held.get(ident), marks))
+        if not quiet.unchanged(claim, inputs):
+            wrote = mirror(view, claim, (told, held), marks, repository)
+            quiet.seen(claim, None if wrote else inputs)
+    quiet.done()
     left_out = {c.identity for c in mirrored}
     for identity in untold.keys() - left_out:
         tell_refused(view, identity, untold, repository)
@@ -64,6 +64,31 @@ def observe(
         tell_refused(view, identity, {}, repository, held)
     drop_orphan_secrets(view, mirrored)
     return statuses
+
+
+def mirror(
+    view: View,
+    claim: Claim,
+    refusals: tuple[dict[Identity, str], dict[Identity, str]],
+    konnector: bool,
+    repository: str,
+) -> bool:
+    """Status and Secrets of one mirrored claim to its App object; whether anything was written.
+    ``refusals``: (told, held); ``konnector``: Klutch's konnector serves its kind."""
+    told, held = refusals
+    export = view.export_of(claim)
+    live = view.app_claim(export, claim.identity.namespace, claim.identity.name)
+    copy = upstream(view, claim)
+    if live is None or copy is None:
+        return False
+    target = view.mapping[claim.identity.namespace]
+    in_sync = not objects.needs_apply(objects.control_plane_object(claim, target), copy)
+    resource = claim_resource(export, claim)
+    # Klutch's konnector writes the App status of a kind it serves too, copying the Control
+    # Plane's as it is: our generation marks there would have the two rewrite each other.
+    marks = (False, False) if konnector else stamps(export, live)
+    wrote = mirror_status(view, resource, live, copy, in_sync, told, held, *marks)
+    return copy_secrets(view, claim, live, target, repository) or wrote
 
 
 def observed(view: View, claim: Claim, held: dict[Identity, str]) -> ObservedStatus:
@@ -87,20 +112,21 @@ def mirror_status(
     held: dict[Identity, str] | None = None,
     stamped: bool = False,
     top: bool = False,
-) -> None:
+) -> bool:
     """Copy the Control Plane's status to the live App claim, with ``Synced`` False while the
     pass refused its change, ``Ready`` False while its deletion is held; a Warning Event when
     the claim starts telling of a refusal (or tells anew; finalize tells of the held one).
     ``stamped``, ``top``: the App schema lets conditions, and the status itself, carry
-    ``observedGeneration`` (``stamps``)."""
+    ``observedGeneration`` (``stamps``). Whether it wrote."""
     refused = told.get(Identity.of(live))
     holding = (held or {}).get(Identity.of(live))
     patch = objects.status_object(live, copy, in_sync, refused, holding, stamped, top)
     if patch is None:
-        return
+        return False
     view.apply_app(resource, patch, force=True, status=True)
     if refused is not None:
         view.event(resource, live, events.RECONCILE_ERROR, refused)
+    return True
 
 
 def tell_refused(
@@ -145,16 +171,19 @@ def stamps(export: Export, live: dict) -> tuple[bool, bool]:
     return progress.conditions_take_generation(schema), progress.status_takes_generation(schema)
 
 
-def copy_secrets(view: View, claim: Claim, live: dict, target: str, repository: str) -> None:
+def copy_secrets(view: View, claim: Claim, live: dict, target: str, repository: str) -> bool:
+    """The provider's Secrets of a claim to its App namespace; whether anything was written."""
     if not view.cp_secrets_synced(target):
-        return  # an unfilled cache would look like deleted credentials
+        return False  # an unfilled cache would look like deleted credentials
     namespace = claim.identity.namespace
+    wrote = False
     for name in objects.credential_secret_names(claim.body):
         source = view.cp_secret(target, name)
         current = view.secret_copy(namespace, name)
         if source is None:
             if current is not None:
                 view.delete_app(SECRETS, namespace, name)
+                wrote = True
             continue
         if objects.claimed_by_konnector(source):
             continue  # Klutch's konnector copies it down; a second writer would fight it
@@ -165,6 +194,8 @@ def copy_secrets(view: View, claim: Claim, live: dict, target: str, repository: 
             or objects.needs_apply(wanted, current)
         ):
             view.apply_app(SECRETS, wanted, force=True)
+            wrote = True
+    return wrote
 
 
 def drop_orphan_secrets(view: View, claims: tuple[Claim, ...]) -> None:

@@ -29,12 +29,14 @@ from reconciler.sync import konnector
 from reconciler.sync.adoption import adopt, ahead_of_git, fetch_for, live_claims
 from reconciler.sync.apply import Source, apply_claims
 from reconciler.sync.binding import Binding
-from reconciler.sync.desired import DesiredState, load_desired
+from reconciler.sync.changes import IncrementalLoader
+from reconciler.sync.desired import DesiredState
 from reconciler.sync.kinds import log_verdicts, serve_exported_kinds
 from reconciler.sync.namespaces import map_namespaces
 from reconciler.sync.observe import observe
 from reconciler.sync.outcome import PassOutcome, documents
 from reconciler.sync.prune import finalize, prune
+from reconciler.sync.unchanged import InSync, Quiet
 from reconciler.sync.view import ClusterView
 from reconciler.sync.writeback import Mode, ObservedStatus, Schedule
 
@@ -84,6 +86,9 @@ class RepositorySync:
         self.view = ClusterView(binding, self.external, lambda: self._enqueue(("sync", self.name)))
         self.schedule = Schedule(mode, self.name)
         self._desired: tuple[tuple, DesiredState] | None = None
+        self._loader = IncrementalLoader()
+        self._in_sync = InSync()  # apply planning: the claims in sync as last seen
+        self._quiet = Quiet()  # status mirroring: the claims that had nothing to write
         self.last_status_commit: str | None = None
         self.last_pass: PassOutcome | None = None  # None until a pass completes
         self.pending = True
@@ -139,7 +144,8 @@ class RepositorySync:
             )
             problems += refused
             source = Source(self.name, spec.path, head, self.external)
-            refused_applies = apply_claims(view, mirrored, source)
+            planned = self._in_sync.to_plan(view, mirrored, source, exports_version(raw_exports))
+            refused_applies = apply_claims(view, planned, source)
             problems += refused_applies
             if not self.external:
                 problems += prune(view, desired, self.conflicts)
@@ -155,7 +161,10 @@ class RepositorySync:
             problems += holding
             outcome = PassOutcome(head, len(mirrored), desired.rejections, tuple(problems))
             served = {n for n, v in self.konnectors.items() if v.state is not konnector.State.NONE}
-            statuses = observe(view, desired, mirrored, self.name, outcome.stage_problems, served)
+            quiet = self._quiet.under(exports_version(raw_exports))
+            statuses = observe(
+                view, desired, mirrored, self.name, outcome.stage_problems, served, quiet
+            )
             self._schedule_write_back(desired, statuses, problems)
             self.last_pass = outcome
             self._again(pending, retry=bool(refused_applies))
@@ -207,14 +216,18 @@ class RepositorySync:
             self._enqueue_after(("sync", self.name), KONNECTOR_RECHECK_SECONDS)
 
     def _load_desired(self, head: str, raw_exports: list[dict]) -> DesiredState:
-        """Git's desired state, loaded again only when the commit or an export changed."""
-        key = (head, tuple(sorted(e["metadata"]["resourceVersion"] for e in raw_exports)))
+        """Git's desired state, loaded again only when the commit or an export changed, and then
+        only the files the commit changed (``changes.IncrementalLoader``)."""
+        exports = exports_version(raw_exports)
+        key = (head, exports)
         if self._desired is None or self._desired[0] != key:
-            desired = load_desired(
-                self.reader.root,
+            desired = self._loader.load(
+                self.reader,
+                head,
                 self.spec.path,
                 self.view.exports,
                 frozenset(self.spec.app_namespaces),
+                exports,
             )
             self._desired = (key, desired)
         return self._desired[1]
@@ -240,3 +253,8 @@ class RepositorySync:
             self.last_status_commit = sha
             log.info("status committed", extra={"repository": self.name, "commit": sha})
         return sha
+
+
+def exports_version(raw_exports: list[dict]) -> tuple[str, ...]:
+    """Changes whenever an export does: their resourceVersions."""
+    return tuple(sorted(e["metadata"]["resourceVersion"] for e in raw_exports))
