@@ -214,6 +214,15 @@ class Kube:
         self.timeout = timeout
         self.identity = identity or f"unshared-{uuid.uuid4().hex}"
 
+    def widen_pool(self, connections: int) -> Kube:
+        """Keep up to ``connections`` connections per host for reuse (the client's default is
+        cpu_count * 5). A Kube shared by many registrations carries all their workers' writes
+        and watches at once; beyond the pool's size urllib3 discards each connection after its
+        request ("Connection pool is full"), and the next request pays a new TLS handshake.
+        Only pools made after the call get it: call it before the first request."""
+        self.api.rest_client.pool_manager.connection_pool_kw["maxsize"] = connections
+        return self
+
     def _call(
         self,
         method: str,

@@ -29,6 +29,10 @@ from klutch_gitops.kube.client import Kube, api_client
 from klutch_gitops.kube.shared import Caches
 from klutch_gitops.settings import secret_data, secret_value
 
+# Connections a shared client keeps for reuse: every registration's apply writes in flight
+# (reconciler.sync.apply: 8 per pass, 4 workers) and its informers' watches at once.
+SHARED_POOL_CONNECTIONS = 64
+
 
 @dataclass
 class Binding:
@@ -161,6 +165,7 @@ class Resolver:
         kube = Kube(self.kube_client(ref, what, namespace, text), identity=identity)
         if identity is None:
             return kube
+        kube.widen_pool(SHARED_POOL_CONNECTIONS)
         with self._clients_lock:
             return self._clients.setdefault(identity, kube)
 

@@ -16,7 +16,7 @@ from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import SECRETS, Kube, Resource
 from klutch_gitops.kube.informer import LAST_APPLIED, slim, slim_copy
 from klutch_gitops.kube.shared import Caches, Route
-from reconciler.sync.binding import Resolver
+from reconciler.sync.binding import SHARED_POOL_CONNECTIONS, Resolver
 
 LABEL = "gitops.klutch.anynines.com/repository"
 CLAIMS = Resource("anynines.com", "v1", "postgresqlinstances", "PostgresqlInstance")
@@ -198,3 +198,19 @@ def test_an_identity_changes_with_the_kubeconfig_and_its_certificates(tmp_path: 
     assert resolver.identity(secret, b"a") != resolver.identity(secret, b"b")
     other = Resolver(admin=None, secrets_dir=tmp_path / "s2")  # type: ignore[arg-type]
     assert other.identity(secret, b"a") != resolver.identity(secret, b"a")  # keyed per process
+
+
+def test_registrations_with_one_identity_get_one_client(tmp_path: Path) -> None:
+    """The Resolver hands every registration with the same kubeconfig the same Kube, with a
+    pool wide enough for all their writes; new content is a new Kube."""
+    resolver = Resolver(admin=None, secrets_dir=tmp_path / "secrets")  # type: ignore[arg-type]
+    (tmp_path / "ca.crt").write_text("CA ONE")
+    ref = SecretRef(file=kubeconfig(tmp_path / "kubeconfig", "ca.crt", "t1"))
+    first = resolver.kube(ref, "App kubeconfig", "consumer")
+    assert resolver.kube(ref, "App kubeconfig", "consumer") is first
+    pool = first.api.rest_client.pool_manager.connection_pool_kw
+    assert pool["maxsize"] == SHARED_POOL_CONNECTIONS
+    kubeconfig(tmp_path / "kubeconfig", "ca.crt", "t2")  # the registration restarts, new token
+    second = resolver.kube(ref, "App kubeconfig", "consumer")
+    assert second is not first
+    assert second.identity != first.identity
