@@ -2,7 +2,7 @@
 
 Klutch maps each App namespace of a consumer to a Control Plane namespace when asked with an
 APIServiceNamespace; the mapping arrives in its status, usually a fraction of a second later
-(reconciler/controllers/namespaces.py writes it). A pass that has just asked may wait a bounded
+(reconciler/controllers/namespaces.py writes it). A pass that has just asked waits a bounded
 moment for it, so a cold sync writes both clusters in one pass instead of writing the App Cluster,
 re-queueing itself and writing the Control Plane in a second pass.
 """
@@ -13,15 +13,19 @@ import time
 
 from reconciler.sync.view import View
 
+# How long a pass that has just asked for a mapping waits for it: the namespace controller
+# answers in well under a second; after this the pass goes on with the mapping pending.
+MAPPING_WAIT_SECONDS = 2.0
 MAPPING_POLL_SECONDS = 0.05  # one GET per namespace still waited for, this often
 
 
-def map_namespaces(view: View, app_namespaces: tuple[str, ...], wait: float = 0.0) -> bool:
+def map_namespaces(view: View, app_namespaces: tuple[str, ...], wait: float | None = None) -> bool:
     """Ask for every allowed App namespace's Control Plane namespace; True while pending.
 
-    ``wait``: for the namespaces asked for in this call, look again for up to this long before
-    calling them pending (a namespace asked for earlier and still unmapped is not waited for:
-    a controller that does not answer costs each pass nothing)."""
+    ``wait`` (default ``MAPPING_WAIT_SECONDS``): for the namespaces asked for in this call, look
+    again for up to this long before calling them pending. A namespace asked for earlier and
+    still unmapped is not waited for: a controller that does not answer costs later passes
+    nothing."""
     asked: list[str] = []
     for namespace in app_namespaces:
         if namespace in view.mapping:
@@ -32,8 +36,8 @@ def map_namespaces(view: View, app_namespaces: tuple[str, ...], wait: float = 0.
             asked.append(namespace)
         else:
             record_mapping(view, namespace, mapping)
-    if asked and wait > 0:
-        await_mappings(view, asked, wait)
+    if asked:
+        await_mappings(view, asked, MAPPING_WAIT_SECONDS if wait is None else wait)
     view.watch_mapped_claims()
     return any(namespace not in view.mapping for namespace in app_namespaces)
 

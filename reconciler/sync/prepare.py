@@ -22,10 +22,6 @@ from reconciler.sync.kinds import serve_exported_kinds
 from reconciler.sync.namespaces import map_namespaces
 from reconciler.sync.view import View
 
-# How long a pass that has just asked for a namespace mapping waits for it; the namespace
-# controller answers in well under a second, and after this the pass goes on as pending.
-MAPPING_WAIT_SECONDS = 2.0
-
 
 class Prepared(NamedTuple):
     """What the pass learnt: each export's konnector verdict, the CRDs left alone, and whether a
@@ -44,10 +40,10 @@ def prepare(
     app_namespaces: tuple[str, ...],
     wait: float | None = None,
 ) -> Prepared:
-    """Serve the exported kinds, then map the App namespaces (waiting up to ``wait``, by default
-    ``MAPPING_WAIT_SECONDS``, for a mapping asked for now): CRDs first, as before."""
+    """Serve the exported kinds, then map the App namespaces (waiting up to ``wait`` for a
+    mapping asked for now, see ``map_namespaces``): CRDs first, as before."""
     verdicts, problems = serve_exported_kinds(view, raw_exports, path, consumer_namespace)
-    pending = map_namespaces(view, app_namespaces, MAPPING_WAIT_SECONDS if wait is None else wait)
+    pending = map_namespaces(view, app_namespaces, wait)
     return Prepared(verdicts, problems, pending)
 
 
