@@ -37,7 +37,10 @@ from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES
 from tests.gitserver import running_git_server
 
-INTERVAL = "1h"  # nothing polls during the measurement
+# Nothing polls during the measurement, and the apply is not cut short: at the default 50
+# requests/s, 1,000 claims (a GET, a dry run and an apply each) take about a minute, longer than
+# the peers tests' 60 s timeout.
+INTERVAL = "1h"
 
 
 def flux_cold_sync(clusters: Clusters, work: Path, n: int, progress: Progress) -> float:
@@ -64,7 +67,9 @@ def flux_cold_sync(clusters: Clusters, work: Path, n: int, progress: Progress) -
                 timeout=120,
             )
             started = time.monotonic()
-            peer.kustomize(name, "./claims", interval=INTERVAL, prune=True, wait=False)
+            peer.kustomize(
+                name, "./claims", interval=INTERVAL, prune=True, wait=False, timeout=INTERVAL
+            )
             done = converge(
                 {"App": lambda: count(clusters.app, POSTGRES, namespace)},
                 n,

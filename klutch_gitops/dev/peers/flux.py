@@ -144,13 +144,14 @@ class FluxPeer:
         wait: bool = False,
         health_check_exprs: list[dict] | None = None,
         target_namespace: str | None = None,
+        timeout: str = "60s",
     ) -> None:
         """Create or update the Kustomization ``name`` that applies ``path`` of the
-        GitRepository of the same name."""
+        GitRepository of the same name; ``timeout`` bounds one apply (and health checks)."""
         spec: dict[str, Any] = {
             "interval": interval,
             "retryInterval": interval,
-            "timeout": "60s",
+            "timeout": timeout,
             "sourceRef": {"kind": "GitRepository", "name": name},
             "path": path,
             "prune": prune,
