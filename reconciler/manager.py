@@ -182,10 +182,7 @@ class Reconciler:
                 self.workers = [
                     *run_workers(self.queue, self._handle, self.config.workers, "reconcile"),
                     *run_workers(
-                        self.lanes.registering,
-                        self.registrations.handle,
-                        REGISTRATION_WORKERS,
-                        "register",
+                        self.lanes.registering, self._register, REGISTRATION_WORKERS, "register"
                     ),
                 ]
                 self.dispatch.reviewer.start()
@@ -246,6 +243,11 @@ class Reconciler:
         if self.shards is None and self.elector is not None and not self.elector.leading.is_set():
             return [STANDBY]
         return self.registrations.waiting()
+
+    def _register(self, key: Key) -> None:
+        """A registration, after an urgent repository's first pass (``Lanes.hold``)."""
+        self.lanes.hold(key[1])
+        self.registrations.handle(key)
 
     def _handle(self, key: Key) -> None:
         """A pass or write-back; a repository's first pass here ends its place in front."""

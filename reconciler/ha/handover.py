@@ -12,13 +12,18 @@ a remote that does not answer within ``TRIAGE_SECONDS``, keeps the plain order, 
 answer still promotes it if it is still waiting.
 
 Registrations run on a pool of their own (``REGISTRATION_WORKERS`` in the manager), beside the
-pass workers, so a pending push's first pass never waits behind other repositories' clones.
+pass workers, so a pending push's first pass never waits behind other repositories' clones. While
+an urgent repository has not had its first pass, the other registrations hold back (``hold``,
+for at most ``HOLD_SECONDS`` after it became urgent): started beside it, they would register
+sooner (nothing to wait for) and fill the pass workers with their own first passes just before
+its pass is queued, and compete with it for the two cores meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -32,6 +37,7 @@ log = logging.getLogger(__name__)
 
 TRIAGE_WORKERS = 8  # `git ls-remote` processes at once while taking repositories over
 TRIAGE_SECONDS = 5.0  # how long registrations wait for those answers before starting anyway
+HOLD_SECONDS = 10.0  # how long other registrations wait for an urgent repository's first pass
 # The status fields that name a commit the reconciler passed: the applied one, and the status
 # commit it pushed on top (the branch's head once nobody else pushed).
 PASSED_STATUS_FIELDS = ("lastAppliedCommit", "lastStatusCommit")
@@ -42,11 +48,18 @@ class Lanes:
     the others on the pass queue; items of an urgent repository go to the front of either, until
     its first pass ran here."""
 
-    def __init__(self, passes: WorkQueue[Key], registering: WorkQueue[Key]) -> None:
+    def __init__(
+        self,
+        passes: WorkQueue[Key],
+        registering: WorkQueue[Key],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.passes = passes
         self.registering = registering
-        self._urgent: set[str] = set()
-        self._lock = threading.Lock()
+        self._clock = clock
+        self._urgent: dict[str, float] = {}  # name -> when it became urgent
+        self._lock = threading.Condition()
+        self._shut = False
 
     def queue(self, key: Key) -> WorkQueue[Key]:
         return self.registering if key[0] == "register" else self.passes
@@ -64,16 +77,30 @@ class Lanes:
     def prioritise(self, name: str) -> None:
         """Put ``name``'s waiting registration and pass in front, and its later ones too."""
         with self._lock:
-            self._urgent.add(name)
+            self._urgent.setdefault(name, self._clock())
         self.registering.promote(("register", name))
         self.passes.promote(("sync", name))
 
     def passed(self, name: str) -> None:
         """A first pass ran: the repository is an ordinary one from now on."""
         with self._lock:
-            self._urgent.discard(name)
+            if self._urgent.pop(name, None) is not None:
+                self._lock.notify_all()
+
+    def hold(self, name: str) -> None:
+        """Before registering ``name``: wait while another repository is urgent, at most until
+        ``HOLD_SECONDS`` after the latest became so (one that never passes holds no longer)."""
+        with self._lock:
+            while not self._shut and name not in self._urgent and self._urgent:
+                left = max(self._urgent.values()) + HOLD_SECONDS - self._clock()
+                if left <= 0:
+                    return
+                self._lock.wait(left)
 
     def shutdown(self) -> None:
+        with self._lock:
+            self._shut = True
+            self._lock.notify_all()
         self.passes.shutdown()
         self.registering.shutdown()
 

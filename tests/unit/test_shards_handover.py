@@ -203,3 +203,30 @@ def test_a_shard_taker_reads_the_record_and_keeps_it_until_it_passed_itself() ->
     passed["team-b"] = B
     assert coordinator._round()
     assert read_record(kube.leases[shard_lease("g", 0)]) == {"team-a": A, "team-b": B}
+
+
+def test_other_registrations_hold_back_until_the_urgent_first_pass() -> None:
+    order = lanes()
+    order.prioritise("urgent")
+    order.hold("urgent")  # its own registration never waits
+    done: list[str] = []
+    held = threading.Thread(target=lambda: (order.hold("other"), done.append("other")))
+    held.start()
+    held.join(0.3)
+    assert held.is_alive()  # still waiting for the urgent repository's first pass
+    done.append("urgent passed")
+    order.passed("urgent")
+    held.join(5)
+    assert done == ["urgent passed", "other"]
+    order.hold("third")  # nothing urgent: no wait
+
+
+def test_an_urgent_repository_that_never_passes_holds_the_others_only_for_a_while() -> None:
+    now = [100.0]
+    order = Lanes(WorkQueue(), WorkQueue(), clock=lambda: now[0])
+    order.prioritise("broken")
+    now[0] += 60  # long past HOLD_SECONDS
+    order.hold("other")  # returns at once
+    order.shutdown()
+    order.prioritise("again")
+    order.hold("other")  # a stopping reconciler holds nothing back
