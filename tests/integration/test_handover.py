@@ -70,13 +70,21 @@ def test_a_taken_shard_starts_with_the_repository_that_has_a_push_pending(
                 n: git(t.remote, "rev-parse", "main") for n, t in zip(names, tenants, strict=True)
             }
 
-        eventually(  # status commits included: every head passed and recorded
-            lambda: record() == heads(), "the shard Lease to record every head", timeout=90
-        )
-        replicas.stop("a")  # releases the shard; its Lease keeps the record
-        assert record() == heads()
+        quiet: list[bool] = []
 
-        pushed = tenants[-1]  # last in the registrations' own order
+        def settled() -> bool:
+            """Every head passed and recorded, status commits included, five looks in a row:
+            a status change still coming would push a head the record has not seen yet."""
+            quiet.append(record() == heads())
+            return len(quiet) >= 5 and all(quiet[-5:])
+
+        eventually(settled, "the shard Lease to record every head", timeout=120, interval=1.0)
+        replicas.stop("a")  # releases the shard; its Lease keeps the record
+        # A status commit pushed after all would be pending too: those go first as well.
+        stale = {n for n, head in heads().items() if record().get(n) != head}
+        pushed_name = [n for n in names if n not in stale][-1]  # last in the plain order
+        pushed = tenants[names.index(pushed_name)]
+        first = {pushed_name, *stale}
         pushed.push(
             {"claims/orders.yaml": claim("orders", pushed.namespace, "postgresql-single-small")}
         )
@@ -102,8 +110,8 @@ def test_a_taken_shard_starts_with_the_repository_that_has_a_push_pending(
         )
         registered = [name for kind, name in handled if kind == "register"]
         passed = [name for kind, name in handled if kind == "sync"]
-        assert registered[0] == names[-1], registered
-        assert passed[0] == names[-1], passed
+        assert set(registered[: len(first)]) == first, registered
+        assert set(passed[: len(first)]) == first, passed
         assert sorted(registered) == sorted(names)  # each once
     finally:
         for name in list(replicas.running):
