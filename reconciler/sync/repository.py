@@ -31,10 +31,10 @@ from reconciler.sync.apply import Source, apply_claims
 from reconciler.sync.binding import Binding
 from reconciler.sync.changes import IncrementalLoader
 from reconciler.sync.desired import DesiredState
-from reconciler.sync.kinds import log_verdicts, serve_exported_kinds
-from reconciler.sync.namespaces import map_namespaces
+from reconciler.sync.kinds import log_verdicts
 from reconciler.sync.observe import observe
 from reconciler.sync.outcome import PassOutcome, documents
+from reconciler.sync.prepare import preparing
 from reconciler.sync.prune import finalize, prune
 from reconciler.sync.unchanged import InSync, Quiet
 from reconciler.sync.view import ClusterView
@@ -126,12 +126,12 @@ class RepositorySync:
                 return
             spec, view = self.spec, self.view
             raw_exports = view.list_exports()
-            self.konnectors, problems = serve_exported_kinds(
-                view, raw_exports, spec.path, spec.consumer_namespace
-            )
+            with preparing(
+                view, raw_exports, spec.path, spec.consumer_namespace, spec.app_namespaces
+            ) as preparation:
+                desired = self._load_desired(head, raw_exports)
+            self.konnectors, problems, pending = preparation.result()
             log_verdicts(self.name, self.konnectors, self._konnector_logged)
-            desired = self._load_desired(head, raw_exports)
-            pending = map_namespaces(view, spec.app_namespaces)
             mirrored = desired.claims
             if self.external:
                 head, desired = self._catch_up(head, desired, raw_exports, fetched)
