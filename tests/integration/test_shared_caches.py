@@ -43,6 +43,10 @@ def record(subscription: Any, seen: list[str]) -> None:
     subscription.handler = noting
 
 
+def names(objects: list[dict]) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in objects)
+
+
 def threads_named(name: str) -> int:
     return sum(t.name == name for t in threading.enumerate())
 
@@ -75,8 +79,9 @@ def test_registrations_share_app_informers_and_hear_only_their_own_objects(pair)
     assert app_watches == [claims_a.shared.informer]  # one watch of the kind for both
     assert threads_named(claims_a.shared.informer.name) == 1
     export = view_a.exports[(POSTGRES.group, POSTGRES.kind)]
-    assert [c["metadata"]["name"] for c in view_a.app_claims(export)] == ["db-a"]
-    assert [c["metadata"]["name"] for c in view_b.app_claims(export)] == ["db-b"]
+    for view, name in ((view_a, "db-a"), (view_b, "db-b")):  # the watch may trail the apply
+        eventually(lambda view=view: names(view.app_claims(export)), f"{name} in its cache")
+        assert names(view.app_claims(export)) == [name]
     assert view_b.app_claim(export, a.namespace, "db-a") is None
 
     heard_a: list[str] = []
@@ -93,8 +98,7 @@ def test_registrations_share_app_informers_and_hear_only_their_own_objects(pair)
             ),
             f"{name}'s change on the Control Plane",
         )
-    assert a.namespace in heard_a
-    assert b.namespace in heard_b
+    eventually(lambda: a.namespace in heard_a and b.namespace in heard_b, "the changes' events")
     assert set(heard_a) == {a.namespace}  # never b's objects
     assert set(heard_b) == {b.namespace}
 
@@ -108,7 +112,7 @@ def test_a_tenant_never_reads_another_tenants_control_plane_cache(pair) -> None:
     view_a = reconciler.syncs[a.spec.name].view
     view_b = reconciler.syncs[b.spec.name].view
     export = view_a.exports[(POSTGRES.group, POSTGRES.kind)]
-    assert view_a.cp_claim(export, a.mapped, "db-a") is not None
+    eventually(lambda: view_a.cp_claim(export, a.mapped, "db-a"), "db-a in a's CP cache")
     assert view_a.cp_claim_caches[(KIND, a.mapped)].shared is not (
         view_b.cp_claim_caches[(KIND, b.mapped)].shared
     )
@@ -134,7 +138,7 @@ def test_a_tenant_never_reads_another_tenants_control_plane_cache(pair) -> None:
         assert not mine.synced.is_set()
         # the App informer is b's registration's, routed to b's repository
         assert intruder.app_claim_caches[KIND].shared is view_b.app_claim_caches[KIND].shared
-        assert [c["metadata"]["name"] for c in intruder.app_claims(export)] == ["db-b"]
+        assert names(intruder.app_claims(export)) == ["db-b"]
     finally:
         intruder.stop()
 
