@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -201,11 +201,8 @@ class TokenFileReloader:
 
 
 class Kube:
-    """Calls against one cluster with one identity.
-
-    ``identity`` names that identity for sharing (klutch_gitops.kube.shared): two Kubes with the
-    same identity may read through each other's caches. The Resolver gives a digest of the
-    resolved kubeconfig; without one a Kube is its own identity, shared with nothing."""
+    """Calls against one cluster with one identity. ``identity`` names it for sharing caches
+    (kube.shared): the Resolver's digest of the kubeconfig, or a Kube's own, shared with none."""
 
     def __init__(
         self, api: client.ApiClient, timeout: float = 30.0, identity: str | None = None
@@ -215,11 +212,10 @@ class Kube:
         self.identity = identity or f"unshared-{uuid.uuid4().hex}"
 
     def widen_pool(self, connections: int) -> Kube:
-        """Keep up to ``connections`` connections per host for reuse (the client's default is
-        cpu_count * 5). A Kube shared by many registrations carries all their workers' writes
-        and watches at once; beyond the pool's size urllib3 discards each connection after its
-        request ("Connection pool is full"), and the next request pays a new TLS handshake.
-        Only pools made after the call get it: call it before the first request."""
+        """Keep up to ``connections`` connections per host (default cpu_count * 5): a Kube
+        shared by many registrations carries all their writes and watches, and beyond the pool
+        urllib3 discards each connection after use (the next pays a TLS handshake). Call it
+        before the first request: only pools made afterwards get it."""
         self.api.rest_client.pool_manager.connection_pool_kw["maxsize"] = connections
         return self
 
@@ -276,12 +272,26 @@ class Kube:
             raise
 
     def list(
-        self, resource: Resource, namespace: str | None = None, label_selector: str | None = None
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        *,
+        limit: int | None = None,
+        each: Callable[[dict], dict] | None = None,
     ) -> tuple[list[dict], str]:
-        """The objects and the list's resourceVersion, to start a watch from."""
+        """The objects and the list's resourceVersion, to start a watch from; ``limit``: in pages
+        (client-go's pager), ``each`` applied to one before the next, never all held whole."""
         query = [("labelSelector", label_selector)] if label_selector else []
-        result = self._call("GET", resource.path(namespace), query=query)
-        return result.get("items") or [], result["metadata"].get("resourceVersion", "")
+        query += [("limit", str(limit))] if limit else []
+        items: list[dict] = []
+        while True:
+            result = self._call("GET", resource.path(namespace), query=query)
+            items.extend(map(each or (lambda obj: obj), result.get("items") or []))
+            meta = result.get("metadata") or {}
+            if not limit or not meta.get("continue"):
+                return items, meta.get("resourceVersion", "")
+            query = [q for q in query if q[0] != "continue"] + [("continue", meta["continue"])]
 
     def apply(
         self,

@@ -103,6 +103,7 @@ class Informer:
         label_selector: str | None = None,
         name: str = "",
         transform: Transform = cut_managed_fields,
+        page_size: int | None = None,
     ) -> None:
         self.kube = kube
         self.resource = resource
@@ -110,6 +111,7 @@ class Informer:
         self.label_selector = label_selector
         self.handler = handler
         self.transform = transform
+        self.page_size = page_size  # list in pages, each transformed before the next is read
         self.name = name or f"informer-{resource.plural}-{namespace or 'all'}"
         self.cache: dict[tuple[str, str], dict] = {}
         self.synced = threading.Event()
@@ -166,19 +168,33 @@ class Informer:
                 backoff = min(backoff * 2, 30.0)
 
     def _relist(self) -> str:
-        items, resource_version = self.kube.list(self.resource, self.namespace, self.label_selector)
+        if self.page_size:
+            items, resource_version = self.kube.list(
+                self.resource,
+                self.namespace,
+                self.label_selector,
+                limit=self.page_size,
+                each=self.transform,
+            )
+        else:
+            items, resource_version = self.kube.list(
+                self.resource, self.namespace, self.label_selector
+            )
+            items = [self.transform(obj) for obj in items]
         fresh = {object_key(obj): obj for obj in items}
         with self._lock:
             gone = [obj for key, obj in self.cache.items() if key not in fresh]
         for obj in gone:
-            self._apply("DELETED", obj)
+            self._store("DELETED", obj)
         for obj in items:
-            self._apply("ADDED", obj)
+            self._store("ADDED", obj)
         self.synced.set()
         return resource_version
 
     def _apply(self, event_type: str, obj: dict) -> None:
-        obj = self.transform(obj)
+        self._store(event_type, self.transform(obj))
+
+    def _store(self, event_type: str, obj: dict) -> None:
         with self._lock:
             if event_type == "DELETED":
                 self.cache.pop(object_key(obj), None)

@@ -24,6 +24,9 @@ from klutch_gitops.kube.informer import Handler, Informer, Transform, object_key
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, name)
+# A shared informer lists every repository's objects: in pages of this many (client-go's pager
+# default), each slimmed before the next is read, so a relist never holds all of them whole.
+LIST_PAGE_SIZE = 500
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,7 @@ class Caches:
                         label_selector=selector,
                         name=f"shared-{resource.plural}-{namespace or 'all'}-{self._started}",
                         transform=transform,
+                        page_size=LIST_PAGE_SIZE,
                     ),
                     label,
                 )

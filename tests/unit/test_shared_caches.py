@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from klutch_gitops.config import SecretRef
@@ -52,11 +52,18 @@ class FakeCluster(Kube):
         self.lock = threading.Lock()
 
     def list(
-        self, resource: Resource, namespace: str | None = None, label_selector: str | None = None
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        *,
+        limit: int | None = None,
+        each: Callable[[dict], dict] | None = None,
     ) -> tuple[list[dict], str]:
         assert label_selector in (None, LABEL)
         found = [o for o in self.objects if not label_selector or LABEL in o["metadata"]["labels"]]
-        return [dict(o, metadata=dict(o["metadata"])) for o in found], "1"
+        copies = [dict(o, metadata=dict(o["metadata"])) for o in found]
+        return [each(o) for o in copies] if each else copies, "1"
 
     def watch(
         self,
@@ -214,3 +221,39 @@ def test_registrations_with_one_identity_get_one_client(tmp_path: Path) -> None:
     second = resolver.kube(ref, "App kubeconfig", "consumer")
     assert second is not first
     assert second.identity != first.identity
+
+
+class PagedCluster(Kube):
+    """Answers a list the way the API server pages one: ``limit`` objects and a continue
+    token, one resourceVersion for the snapshot (apiserver's storage pager)."""
+
+    def __init__(self, objects: list[dict]) -> None:
+        super().__init__(None, identity="paged")  # type: ignore[arg-type]
+        self.objects = objects
+        self.queries: list[dict[str, str]] = []
+
+    def _call(self, method: str, path: str, **kwargs: object) -> dict:
+        query = dict(kwargs["query"])  # type: ignore[arg-type]
+        self.queries.append(query)
+        start = int(query.get("continue", "0"))
+        end = start + int(query["limit"])
+        token = str(end) if end < len(self.objects) else ""
+        page = [dict(o, metadata=dict(o["metadata"])) for o in self.objects[start:end]]
+        return {"metadata": {"resourceVersion": "7", "continue": token}, "items": page}
+
+
+def test_a_shared_relist_reads_pages_and_slims_each_before_the_next() -> None:
+    cluster = PagedCluster([claim("team-a", f"a{i}", "a") for i in range(5)])
+    slimmed: list[str] = []
+
+    def each(obj: dict) -> dict:
+        slimmed.append(obj["metadata"]["name"])
+        return slim(obj)
+
+    items, version = cluster.list(CLAIMS, None, LABEL, limit=2, each=each)
+    assert version == "7"
+    assert [o["metadata"]["name"] for o in items] == [f"a{i}" for i in range(5)]
+    assert all("creationTimestamp" not in o["metadata"] for o in items)
+    assert slimmed == [f"a{i}" for i in range(5)]
+    assert [q.get("continue") for q in cluster.queries] == [None, "2", "4"]
+    assert all(q["labelSelector"] == LABEL for q in cluster.queries)
