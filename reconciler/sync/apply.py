@@ -24,8 +24,9 @@ from klutch_gitops.manifests import Claim, Rejection
 from reconciler.sync import events, objects
 from reconciler.sync.view import View, claim_resource
 
-# Writes in flight per cluster: each cluster's client pools 10 connections, and the informers'
-# watches and the Event writer hold some of them.
+# Writes in flight per cluster and pass. The registrations on one kubeconfig identity share one
+# client that keeps up to 64 connections (binding.SHARED_POOL_CONNECTIONS): the workers' passes
+# (4 x 8) and the informers' watches and the Event writer stay below it.
 APPLY_CONCURRENCY = 8
 
 REFUSAL_FIXES = {
