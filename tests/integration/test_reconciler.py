@@ -264,6 +264,10 @@ def test_webhook_signatures_are_checked(tenant: Tenant) -> None:
     headers = {"X-Gitea-Event": "push", "Content-Type": "application/json"}
     eventually(lambda: _answers(f"http://{tenant.config.listen}/healthz"), "the HTTP server")
     eventually(lambda: _answers(f"http://{tenant.config.listen}/readyz"), "readiness")
+    # Readiness never waits for a tenant's registration (registrations.waiting), and a push for a
+    # repository not registered yet has no webhook secret to verify against: a 404.
+    name = tenant.config.repositories[0].name
+    eventually(lambda: name in tenant.reconciler.syncs, "the registration")
 
     forged = httpx.post(url, content=body, headers={**headers, "X-Gitea-Signature": "00" * 32})
     assert forged.status_code == 401
