@@ -89,6 +89,7 @@ def test_a_push_with_nothing_new_to_report_makes_no_bot_commit(tenant: Tenant) -
 
     def settled() -> bool:
         report = entries(tenant)
+        assert {mine, twin} <= set(report), f"entries so far: {sorted(report)}"  # not yet: again
         assert report[mine]["counts"]["ready"] == 1
         assert report[twin]["counts"]["claims"] == 0
         assert [r["file"] for r in report[twin]["rejections"]] == ["claims/orders.yaml"]
