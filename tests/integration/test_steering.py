@@ -45,6 +45,14 @@ def test_a_reconcile_request_applies_a_commit_nothing_else_would_fetch(
     binding = bound(stack, clusters, tmp_path, cleanup, git_server, files, poll_interval=3600.0)
     eventually(lambda: mirrored(binding, "first"), "the first claim mirrored", 60)
     eventually(lambda: binding.conditions().get("Ready") == "True/Synced", "Ready", 60)
+    # The registration's first pass fetches on its own, and the poller's first answer asks for
+    # one more fetch when it comes after that pass: a push before that fetch would be applied.
+    # Only once that pass is over is the hour's wait a promise.
+    name = f"{binding.consumer}.team"
+    poller, syncs = binding.reconciler.registrations.poller, binding.reconciler.syncs
+    eventually(lambda: poller.answered(name) and not syncs[name].needs_fetch, "the first poll", 30)
+    with syncs[name]._lock:  # the pass that took that fetch is over
+        pass
 
     push(binding.clone, {"claims/second.yaml": claim("second", binding.namespace)}, "second")
     time.sleep(QUIET)
