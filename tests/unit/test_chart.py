@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from bind_api.config import parse_bind_api_config
 from klutch_gitops.binder_roles import CLAIMED_SECRETS_ROLE, CONSUMER_ROLE
@@ -47,8 +49,19 @@ def rendered(request: pytest.FixtureRequest) -> tuple[str, list[dict]]:
     return request.param, render([VALUE_SETS[request.param]])
 
 
-def test_the_value_sets_cover_defaults_tls_monitoring_replicas_and_shards() -> None:
-    assert set(SETS) == {"default", "tls", "monitoring", "replicas", "shards"}
+def test_the_value_sets_cover_every_kind_of_install() -> None:
+    assert set(SETS) == {
+        "default",
+        "tls",
+        "monitoring",
+        "replicas",
+        "shards",
+        "openshift",
+        "ingress",
+        "gateway",
+        "scheduling",
+        "no-rbac",
+    }
 
 
 @pytest.mark.parametrize("name", SETS)
@@ -87,7 +100,8 @@ def test_every_container_runs_with_the_restricted_profile(
     for deployment in deployments:
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
-        assert pod["securityContext"]["runAsUser"] > 0
+        # OpenShift's restricted-v2 assigns the UID: ci/openshift-values.yaml names none.
+        assert pod["securityContext"].get("runAsUser", 1) > 0
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert not any(pod.get(host) for host in ("hostNetwork", "hostPID", "hostIPC"))
         assert all("hostPath" not in volume for volume in pod["volumes"])
@@ -124,11 +138,12 @@ def test_probes_use_healthz_and_readyz(rendered: tuple[str, list[dict]]) -> None
 def test_rbac_names_every_verb_and_resource(rendered: tuple[str, list[dict]]) -> None:
     name, docs = rendered
     roles = objects(docs, "ClusterRole") + objects(docs, "Role")
-    leases = 1 if name in ("replicas", "shards") else 0  # the reconcilers' Leases' Role
+    leases = 1 if name in ("replicas", "shards", "scheduling") else 0  # the Leases' Role
     sessions = 1 if name in ("replicas", "tls") else 0  # the browser flow's used sessions' Role
     binder = 2  # klutch-binder-consumer and klutch-binder-claimed-secrets (catalog/rbac)
     aggregated = 2  # klutch-gitops-repositorybindings-view and -edit (repositorybinding-roles.yaml)
-    assert len(roles) == 2 + binder + leases + sessions + aggregated
+    expected = 0 if name == "no-rbac" else 2 + binder + leases + sessions + aggregated
+    assert len(roles) == expected
     for role in roles:
         for rule in role["rules"]:
             for key in ("apiGroups", "resources", "verbs"):
@@ -506,19 +521,23 @@ def test_the_chart_deploys_this_version() -> None:
     docs = render([VALUE_SETS["default"]])
     for deployment in objects(docs, "Deployment"):
         [container] = deployment["spec"]["template"]["spec"]["containers"]
-        assert container["image"] == f"klutch-gitops:{project['version']}"
+        assert container["image"] == f"ghcr.io/anynines/klutch-gitops:{project['version']}"
 
 
 def test_the_image_installs_the_pinned_dependencies() -> None:
+    """What the chart runs, `klutch-gitops[server]`, is pinned in the lock within its bounds."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     lock = {
-        line.split("==")[0].lower().replace("_", "-"): line.split("==")[1]
+        canonicalize_name(line.split("==")[0]): line.split("==")[1].split(";")[0].strip()
         for line in (ROOT / "requirements.lock").read_text().splitlines()
-        if line and not line.startswith("#")
+        if "==" in line and not line.startswith("#")
     }
-    for requirement in project["dependencies"]:
-        name, _, version = requirement.partition("==")
-        assert lock.get(name.lower().replace("_", "-")) == version, requirement
+    server = project.get("optional-dependencies", {}).get("server", [])
+    for text in [*project["dependencies"], *server]:
+        requirement = Requirement(text)
+        pinned = lock.get(canonicalize_name(requirement.name))
+        assert pinned is not None, f"{text}: not pinned in requirements.lock"
+        assert requirement.specifier.contains(pinned, prereleases=True), (text, pinned)
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "requirements.lock" in dockerfile
     assert re.search(r"^USER 10001", dockerfile, re.M)  # numeric: runAsNonRoot can check it

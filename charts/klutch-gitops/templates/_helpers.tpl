@@ -38,40 +38,52 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 
 {{- define "klutch-gitops.serviceAccountName" -}}
 {{- $values := index .root.Values .key -}}
-{{- if $values.serviceAccount.create -}}
+{{- if not .root.Values.rbac.create -}}
+{{- required (printf "%s.serviceAccount.name is required when rbac.create is false: the RBAC you grant instead binds that name" .key) $values.serviceAccount.name -}}
+{{- else if $values.serviceAccount.create -}}
 {{- default (include "klutch-gitops.componentName" .) $values.serviceAccount.name -}}
 {{- else -}}
 {{- required (printf "%s.serviceAccount.name is required when %s.serviceAccount.create is false" .key .key) $values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
 
+{{/* <registry>/<repository>:<tag> or @<digest>; global.imageRegistry replaces image.registry. */}}
 {{- define "klutch-gitops.image" -}}
 {{- $image := .Values.image -}}
+{{- $registry := (.Values.global | default dict).imageRegistry | default $image.registry -}}
+{{- $name := ternary (printf "%s/%s" $registry $image.repository) $image.repository (ne $registry "") -}}
 {{- if $image.digest -}}
-{{- printf "%s@%s" $image.repository $image.digest -}}
+{{- printf "%s@%s" $name $image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) -}}
+{{- printf "%s:%s" $name (default .Chart.AppVersion $image.tag) -}}
 {{- end -}}
 {{- end -}}
 
-{{/* The restricted Pod Security profile. */}}
-{{- define "klutch-gitops.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 10001
-runAsGroup: 10001
-fsGroup: 10001
-seccompProfile:
-  type: RuntimeDefault
+{{/* A component's container arguments: its command and config, the log level, extraArgs. */}}
+{{- define "klutch-gitops.args" -}}
+{{- $args := list .command "--config" (printf "/etc/klutch-gitops/config/%s" .config) "--log-level" .values.logLevel -}}
+{{- toJson (concat $args .values.extraArgs) -}}
 {{- end -}}
 
-{{- define "klutch-gitops.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-capabilities:
-  drop: [ALL]
-seccompProfile:
-  type: RuntimeDefault
+{{/* topologySpreadConstraints, each without a labelSelector given this component's Pod labels. */}}
+{{- define "klutch-gitops.topologySpreadConstraints" -}}
+{{- $constraints := list -}}
+{{- range (index .root.Values .key).topologySpreadConstraints -}}
+{{- $constraint := deepCopy . -}}
+{{- if not $constraint.labelSelector -}}
+{{- $_ := set $constraint "labelSelector" (dict "matchLabels" (include "klutch-gitops.selectorLabels" $ | fromYaml)) -}}
+{{- end -}}
+{{- $constraints = append $constraints $constraint -}}
+{{- end -}}
+{{- with $constraints -}}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the chart creates its Roles, ClusterRoles and their bindings (rbac.create). */}}
+{{- define "klutch-gitops.rbac" -}}
+{{- if .Values.rbac.create }}true{{ end -}}
 {{- end -}}
 
 {{/* Where the services read their files. */}}
@@ -93,4 +105,16 @@ seccompProfile:
 {{- define "klutch-gitops.leaseName" -}}
 {{- $election := .Values.reconciler.config.leaderElection | default dict -}}
 {{- $election.name | default (include "klutch-gitops.componentName" (dict "root" . "component" "reconciler")) -}}
+{{- end -}}
+
+{{/* What each component publishes through an Ingress or HTTPRoute (path prefixes), and the
+Service port it goes to: the bind API's routes (bind_api/routers/api.py and browser.py) but not
+ops.py's /healthz and /metrics; the reconciler's push webhooks (reconciler/triggers/webhooks.py)
+but not /metrics, /readyz or /registrations. */}}
+{{- define "klutch-gitops.publicPaths" -}}
+{{- if eq .component "bind-api" -}}
+[/api/v1, /export, /authorize, /callback, /resources, /bind]
+{{- else -}}
+[/webhooks]
+{{- end -}}
 {{- end -}}
