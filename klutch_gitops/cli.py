@@ -11,8 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.markup import escape
 
-from klutch_gitops import __version__
-from klutch_gitops.cli_options import LogLevel, LogLevelOption
+from klutch_gitops.cli_options import (
+    HELP_WIDTH,
+    LogLevel,
+    LogLevelOption,
+    PlanCluster,
+    VersionOption,
+    add_conventions,
+)
 from klutch_gitops.console import err, out, run_cli
 from klutch_gitops.dev.cli import dev
 from klutch_gitops.errors import explain
@@ -20,7 +26,6 @@ from klutch_gitops.inspect import commands as inspect_commands
 
 if TYPE_CHECKING:
     from klutch_gitops.config import Config
-    from klutch_gitops.kube.client import Kube
 
 
 class ExplainingTyper(typer.Typer):
@@ -41,12 +46,20 @@ app = ExplainingTyper(
     help="GitOps front door for Klutch data services.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: option names are never cut at 80 columns
+    add_completion=False,  # 'klutch-gitops completion bash|zsh|fish' instead, as kubectl has
+    context_settings={"max_content_width": HELP_WIDTH},
 )
 app.add_typer(dev, name="dev")
 
 
 def main() -> None:
     run_cli(app)
+
+
+@app.callback()
+def root(version: VersionOption = False) -> None:
+    """GitOps front door for Klutch data services."""
 
 
 @app.command()
@@ -241,6 +254,13 @@ def plan(
         Path | None,
         typer.Option("--control-plane-kubeconfig", help="The binding's Control Plane kubeconfig"),
     ] = None,
+    context: Annotated[
+        str | None,
+        typer.Option(
+            "--context",
+            help="The Control Plane's context in --kubeconfig ($KUBECONFIG, ~/.kube/config)",
+        ),
+    ] = None,
     consumer_namespace: Annotated[
         str | None,
         typer.Option("--consumer-namespace", help="The binding's namespace on the Control Plane"),
@@ -248,6 +268,17 @@ def plan(
     app_kubeconfig: Annotated[
         Path | None,
         typer.Option("--app-kubeconfig", help="The App Cluster, for deletion protection set there"),
+    ] = None,
+    app_context: Annotated[
+        str | None,
+        typer.Option("--app-context", help="The App Cluster's context in --kubeconfig"),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--kubeconfig",
+            help="Where --context and --app-context are (default: $KUBECONFIG, ~/.kube/config)",
+        ),
     ] = None,
     app_namespace: Annotated[
         list[str] | None,
@@ -261,26 +292,24 @@ def plan(
 
     Exit code 0: clean; 1: the plan has failures (refused documents, deletion-protected claims,
     changes the Control Plane refuses); 2: wrong usage, or Git or a cluster could not be read.
-    Without --config or --control-plane-kubeconfig it checks offline against the catalog.
+    Without --config, --control-plane-kubeconfig or --context it checks offline against the
+    catalog.
     """
     from klutch_gitops.errors import KlutchError
     from reconciler.review.plan_io import Target, config_targets, run_plan
     from reconciler.review.plan_render import render_json, render_markdown
 
+    control_plane = PlanCluster(control_plane_kubeconfig, context, "--control-plane-kubeconfig")
+    app_cluster = PlanCluster(app_kubeconfig, app_context, "--app-kubeconfig")
     _check_plan_options(
-        config,
-        repository,
-        control_plane_kubeconfig,
-        consumer_namespace,
-        app_kubeconfig,
-        app_namespace,
+        config, repository, control_plane, consumer_namespace, app_cluster, app_namespace
     )
     try:
         if config:
             targets = config_targets(reconciler_config(config), repo, repository or (), path or ())
         else:
-            cp = _cluster(control_plane_kubeconfig, "--control-plane-kubeconfig")
-            app_cluster = _cluster(app_kubeconfig, "--app-kubeconfig")
+            cp = control_plane.kube(kubeconfig)
+            app = app_cluster.kube(kubeconfig)
             targets = [
                 Target(
                     name=folder,
@@ -288,7 +317,7 @@ def plan(
                     consumer_namespace=consumer_namespace,
                     app_namespaces=frozenset(app_namespace) if app_namespace else None,
                     control_plane=cp,
-                    app=app_cluster,
+                    app=app,
                 )
                 for folder in path or ["."]
             ]
@@ -304,37 +333,26 @@ def plan(
     raise typer.Exit(result.exit_code)
 
 
-def _cluster(kubeconfig: Path | None, option: str) -> Kube | None:
-    """The cluster a plan reads, once it answers (else an error naming the option)."""
-    from klutch_gitops.kube.client import Kube, api_client
-    from klutch_gitops.preflight import reach_cluster
-
-    if kubeconfig is None:
-        return None
-    reach_cluster(kubeconfig, option)
-    return Kube(api_client(kubeconfig))
-
-
 def _check_plan_options(
     config: Path | None,
     repository: list[str] | None,
-    control_plane_kubeconfig: Path | None,
+    control_plane: PlanCluster,
     consumer_namespace: str | None,
-    app_kubeconfig: Path | None,
+    app_cluster: PlanCluster,
     app_namespace: list[str] | None,
 ) -> None:
     """Refuse combinations of options that contradict each other, before anything is read."""
-    if config and (
-        control_plane_kubeconfig or consumer_namespace or app_kubeconfig or app_namespace
-    ):
+    if config and (control_plane or consumer_namespace or app_cluster or app_namespace):
         raise typer.BadParameter(
             "--config names the clusters itself: leave out --control-plane-kubeconfig, "
-            "--consumer-namespace, --app-kubeconfig and --app-namespace"
+            "--context, --consumer-namespace, --app-kubeconfig, --app-context and --app-namespace"
         )
     if repository and not config:
         raise typer.BadParameter("--repository chooses among the registrations of --config")
-    if bool(control_plane_kubeconfig) != bool(consumer_namespace):
-        raise typer.BadParameter("--control-plane-kubeconfig and --consumer-namespace go together")
+    if bool(control_plane) != bool(consumer_namespace):
+        raise typer.BadParameter(
+            "--control-plane-kubeconfig (or --context) and --consumer-namespace go together"
+        )
 
 
 def _usage_failure(message: str, fix: str) -> NoReturn:
@@ -345,12 +363,7 @@ def _usage_failure(message: str, fix: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-@app.command()
-def version() -> None:
-    """Print the version."""
-    out.print(__version__)
-
-
+add_conventions(app)  # version, completion
 inspect_commands.register(app)  # get, reconcile, suspend, resume: after the main job's commands
 
 if __name__ == "__main__":

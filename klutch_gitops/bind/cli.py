@@ -1,9 +1,9 @@
 """The ``klutch-bind`` command line (also usable as the kubectl plugin ``kubectl-klutch_bind``).
 
-``login`` obtains OIDC tokens for the bind API (device flow or browser flow with PKCE) and caches
-them; ``token`` hands a fresh ID token to scripts; ``logout`` revokes them at the issuer (RFC 7009,
-where offered) and forgets them. ``exports``, ``bind``, ``status`` and ``unbind`` call the bind
-API with that token (or ``--token``) and keep the App Cluster's side of a binding
+``login`` (``bind/login_commands.py``) obtains OIDC tokens for the bind API and remembers the
+bind API, issuer and client for the kubectl context; ``exports``, ``bind``, ``status`` and
+``unbind`` call the bind API with the cached token (or one from ``--token-file`` or
+``$KLUTCH_BIND_TOKEN``, never from argv) and keep the App Cluster's side of a binding
 (``klutch-bind`` Namespace, kubeconfig Secret, APIServiceBindings) in step, or write it as YAML
 for Git with ``--gitops-out`` (never the Secret). ``unbind`` (``bind/unbind.py``) lists what goes
 and needs a confirmation first.
@@ -11,33 +11,25 @@ and needs a confirmation first.
 
 from __future__ import annotations
 
-import os
 import sys
-import webbrowser
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
-from klutch_gitops import __version__
-from klutch_gitops.bind import app_cluster, request, token_cache
+from klutch_gitops.bind import app_cluster, login_commands, request
 from klutch_gitops.bind import client as bind_client
-from klutch_gitops.bind.browser_login import browser_login
-from klutch_gitops.bind.device_login import (
-    DeviceCode,
-    poll_device_token,
-    start_device_authorization,
-)
+from klutch_gitops.bind.login_commands import headless, login, logout, token
 from klutch_gitops.bind.options import (
     Ca,
     ClientId,
     Context,
     Issuer,
     Kubeconfig,
-    OptionalIssuer,
+    NoSecretsOnArgv,
     OutputOption,
-    Token,
+    TokenFile,
     Url,
     bearer_token,
     open_client,
@@ -45,17 +37,19 @@ from klutch_gitops.bind.options import (
 from klutch_gitops.bind.output import Output, emit, print_bind_report, print_table, show_claims
 from klutch_gitops.bind.request import GIT_PASSWORD_ENV, claims_for, confirmation_needed
 from klutch_gitops.bind.unbind import unbind_command
-from klutch_gitops.console import err, out, run_cli
+from klutch_gitops.cli_options import VersionOption, add_conventions
+from klutch_gitops.console import out, run_cli
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.inspect.show import REPOSITORIES, render
 from klutch_gitops.inspect.table import Output as Columns
 from klutch_gitops.kube.client import Kube
-from klutch_gitops.oidc_client import DEFAULT_SCOPES, discover, http_client, unverified_claims
 
 app = typer.Typer(
     help="Bind an App Cluster and a Git repository to Klutch data-service APIs.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=NoSecretsOnArgv,  # an old --token VALUE: a usage error saying what to use instead
+    add_completion=False,  # 'klutch-bind completion bash|zsh|fish' instead, as kubectl has
     # click's plain usage errors: the message is the last line on stderr, not a box (exit 2)
     rich_markup_mode=None,
 )
@@ -65,109 +59,9 @@ def main() -> None:
     run_cli(app)
 
 
-@app.callback(invoke_without_command=True)
-def root(
-    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
-) -> None:
-    if version:
-        typer.echo(__version__)
-        raise typer.Exit()
-
-
-def headless() -> bool:
-    """No browser can be opened here: stdin is not a terminal, or Linux without a display."""
-    no_display = not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
-    return not sys.stdin.isatty() or (sys.platform.startswith("linux") and no_display)
-
-
-@app.command()
-def login(
-    issuer: Issuer,
-    client_id: Annotated[str, typer.Option("--client-id", help="The public OIDC client.")],
-    ca: Annotated[
-        str | None, typer.Option("--ca", help="CA bundle for the issuer's TLS certificate.")
-    ] = None,
-    browser: Annotated[
-        bool | None,
-        typer.Option(
-            "--browser/--device",
-            help="Browser flow with PKCE, or device flow (default: device when headless).",
-            show_default=False,
-        ),
-    ] = None,
-    scopes: Annotated[str, typer.Option("--scopes")] = DEFAULT_SCOPES,
-    callback_port: Annotated[
-        int,
-        typer.Option(
-            "--callback-port",
-            help="Browser flow: port of the callback on localhost; 0 picks a free one (RFC 8252).",
-        ),
-    ] = 0,
-) -> None:
-    """Log in to the issuer and cache the tokens (owner-only) for the other commands."""
-    use_browser = not headless() if browser is None else browser
-    token_cache.ready_dir()  # before the login: tokens that cannot be cached would be lost
-    with http_client(ca) as http:
-        provider = discover(http, issuer)
-        if use_browser:
-            body = browser_login(
-                http, provider, client_id, scopes, _open_browser, port=callback_port
-            )
-        else:
-            device = start_device_authorization(http, provider, client_id, scopes)
-            _show_device_code(device)
-            with err.status("waiting for the login to be approved…"):
-                body = poll_device_token(http, provider, client_id, device)
-    tokens = token_cache.tokens_from_response(issuer, client_id, ca, body)
-    path = token_cache.save(tokens)
-    who = unverified_claims(tokens.id_token).get("email", "the issuer")
-    out.print(f"[green]logged in[/green] as {escape(str(who))}; tokens cached in {path}")
-
-
-def _show_device_code(device: DeviceCode) -> None:
-    err.print(f"open      {device.verification_uri}")
-    err.print(f"and enter [bold]{escape(device.user_code)}[/bold]")
-    if device.verification_uri_complete:
-        err.print(f"or open   {device.verification_uri_complete}")
-
-
-def _open_browser(url: str) -> None:
-    err.print(f"opening the browser; if it does not open, visit:\n{url}")
-    webbrowser.open(url)
-
-
-@app.command()
-def logout(issuer: Issuer) -> None:
-    """Revoke the refresh tokens at the issuer where it supports RFC 7009, then forget them."""
-    entries = token_cache.cached(issuer)
-    if not entries:
-        out.print(f"not logged in to {issuer}")
-        return
-    with http_client(entries[0].ca) as http:
-        provider = discover(http, issuer)
-        revoked = [token_cache.revoke(http, provider, tokens) for tokens in entries]
-    token_cache.remove(issuer)
-    if all(revoked):
-        out.print(f"logged out of {issuer}; the refresh token was revoked at the issuer")
-    elif provider.revocation_endpoint is None:
-        out.print(
-            f"logged out of {issuer} here; the issuer does not support token revocation (its "
-            "discovery document names no revocation_endpoint, RFC 7009), so the refresh token "
-            "stays valid there until it expires or an administrator revokes it"
-        )
-    else:
-        out.print(f"logged out of {issuer}; there was no refresh token to revoke")
-
-
-@app.command()
-def token(
-    issuer: Issuer,
-    client_id: Annotated[
-        str | None, typer.Option("--client-id", help="Needed when logged in with several.")
-    ] = None,
-) -> None:
-    """Print a fresh ID token (refreshed if it expires within 60 s), for scripts."""
-    typer.echo(token_cache.fresh_id_token(issuer, client_id, min_valid=60))
+@app.callback()
+def root(version: VersionOption = False) -> None:
+    """Bind an App Cluster and a Git repository to Klutch data-service APIs."""
 
 
 # --- bindings ------------------------------------------------------------------------------------
@@ -175,15 +69,17 @@ def token(
 
 @app.command()
 def exports(
-    url: Url,
-    issuer: OptionalIssuer = None,
-    token: Token = None,
+    url: Url = None,
+    issuer: Issuer = None,
+    token_file: TokenFile = None,
     client_id: ClientId = None,
     ca: Ca = None,
     output: OutputOption = Output.text,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
 ) -> None:
     """List the APIs the bind API offers, and whether you may bind them."""
-    with open_client(url, issuer, token, client_id, ca) as api:
+    with open_client(url, issuer, token_file, client_id, ca, kubeconfig, context) as api:
         items = api.exports()
     if emit({"exports": items}, output):
         return
@@ -201,10 +97,10 @@ def exports(
 
 @app.command("bind")
 def bind_command(
-    url: Url,
     api_names: Annotated[
         list[str], typer.Option("--api", help="An API to bind, <plural>.<group>; repeatable.")
     ],
+    url: Url = None,
     cluster_id: Annotated[
         str | None,
         typer.Option("--cluster-id", help="App Cluster identity (default: kube-system's UID)."),
@@ -246,8 +142,8 @@ def bind_command(
             "--gitops-out", help="Write the App objects as YAML here instead (no Secret)."
         ),
     ] = None,
-    issuer: OptionalIssuer = None,
-    token: Token = None,
+    issuer: Issuer = None,
+    token_file: TokenFile = None,
     client_id: ClientId = None,
     ca: Ca = None,
     output: OutputOption = Output.text,
@@ -260,7 +156,7 @@ def bind_command(
     kube = app_cluster.answering(app_cluster.app_kube(kubeconfig, context)) if direct else None
     if gitops_out is not None:
         app_cluster.gitops_dir(gitops_out)
-    with open_client(url, issuer, token, client_id, ca) as api:
+    with open_client(url, issuer, token_file, client_id, ca, kubeconfig, context) as api:
         claims_by_api = claims_for(api.exports(), api_names)
         show_claims(claims_by_api)
         if confirmation_needed(yes, sys.stdin.isatty()) and not typer.confirm(
@@ -307,15 +203,17 @@ def _complete_on_app_cluster(
 
 @app.command("status")
 def status_command(
-    url: Url,
-    issuer: OptionalIssuer = None,
-    token: Token = None,
+    url: Url = None,
+    issuer: Issuer = None,
+    token_file: TokenFile = None,
     client_id: ClientId = None,
     ca: Ca = None,
     output: OutputOption = Output.text,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
 ) -> None:
     """List your bindings."""
-    with open_client(url, issuer, token, client_id, ca) as api:
+    with open_client(url, issuer, token_file, client_id, ca, kubeconfig, context) as api:
         items = api.bindings()
     if emit({"bindings": items}, output):
         return
@@ -343,8 +241,10 @@ def status_command(
 
 
 app.command("unbind")(unbind_command)
+login_commands.register(app)
+add_conventions(app)
 
-__all__ = ["app", "bearer_token", "main"]
+__all__ = ["app", "bearer_token", "headless", "login", "logout", "main", "token"]
 
 
 if __name__ == "__main__":

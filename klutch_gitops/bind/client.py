@@ -28,7 +28,8 @@ SERVICE_BINDINGS = Resource(
 )
 CLAIM_FIELDS = ("group", "resource", "version", "selector", "required")
 LOGIN_FIX = (
-    "run 'klutch-bind login --issuer <issuer> --client-id <client>', or pass a fresh --token"
+    "run 'klutch-bind login URL --issuer ISSUER --client-id CLIENT' again, or give a fresh token "
+    "with --token-file or $KLUTCH_BIND_TOKEN"
 )
 
 

@@ -22,12 +22,12 @@ from klutch_gitops.bind.options import (
     Ca,
     ClientId,
     Context,
+    Issuer,
     Kubeconfig,
-    OptionalIssuer,
     OutputOption,
-    Token,
-    Url,
+    TokenFile,
     open_client,
+    web_url,
 )
 from klutch_gitops.bind.output import Output, emit
 from klutch_gitops.console import err, out
@@ -116,9 +116,27 @@ def wait_until_gone(
     return left
 
 
+def _url_and_consumer(targets: list[str]) -> tuple[str | None, str]:
+    """``CONSUMER`` or ``URL CONSUMER``: the URL may be left to the remembered login."""
+    if len(targets) == 1:
+        return None, targets[0]
+    if len(targets) == 2:
+        return web_url(targets[0]), targets[1]
+    raise typer.BadParameter(
+        f"expected [URL] CONSUMER, got {len(targets)} arguments", param_hint="[URL] CONSUMER"
+    )
+
+
 def unbind_command(
-    url: Url,
-    consumer: Annotated[str, typer.Argument(help="The consumer namespace (see 'status').")],
+    targets: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="[URL] CONSUMER",
+            help="The bind API's base URL (default: remembered by 'login') and the consumer "
+            "namespace (see 'status').",
+            show_default=False,
+        ),
+    ],
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Delete without asking (needed without a TTY).")
     ] = False,
@@ -130,20 +148,22 @@ def unbind_command(
     ] = 300.0,
     kubeconfig: Kubeconfig = None,
     context: Context = None,
-    issuer: OptionalIssuer = None,
-    token: Token = None,
+    issuer: Issuer = None,
+    token_file: TokenFile = None,
     client_id: ClientId = None,
     ca: Ca = None,
     output: OutputOption = Output.text,
 ) -> None:
     """Remove a binding and everything it holds on the Control Plane, after listing it and a
     confirmation; with --kubeconfig also its App Cluster objects."""
+    url, consumer = _url_and_consumer(targets)
     kube = (
         app_cluster.answering(app_cluster.app_kube(kubeconfig, context))
         if kubeconfig or context
         else None
     )
-    with open_client(url, issuer, token, client_id, ca) as api:
+    with open_client(url, issuer, token_file, client_id, ca, kubeconfig, context) as api:
+        url = api.base_url
         plan = api.unbind_plan(consumer)
         if plan is None:
             raise KlutchError(

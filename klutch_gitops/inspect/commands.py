@@ -78,10 +78,10 @@ def get(
     if reconciler is not None:
         _registrations(what, reconciler, token_file, output, watch)
         return
-    from klutch_gitops.inspect.access import CALL_ERRORS, connect, refused
+    from klutch_gitops.inspect.access import CALL_ERRORS, refused
     from klutch_gitops.inspect.show import CLAIMS, REPOSITORIES, render, watch_lines, widths_of
 
-    cluster = connect(kubeconfig, context, namespace)
+    cluster = _connect(kubeconfig, context, namespace)
     where = None if all_namespaces else cluster.namespace
     suffix = "" if all_namespaces else f" in {cluster.namespace} namespace"
     view = CLAIMS if what is What.claims else REPOSITORIES
@@ -99,6 +99,17 @@ def get(
         raise refused(error, "watch", resource, where) from None
     except KeyboardInterrupt:
         return
+
+
+def _connect(kubeconfig: Path | None, context: str | None, namespace: str | None) -> Cluster:
+    """The cluster of ``--context``, else of the current context as kubectl picks it from several
+    $KUBECONFIG files: the first file that sets it (cli_options.current_context)."""
+    from klutch_gitops.cli_options import current_context
+    from klutch_gitops.inspect.access import connect
+
+    if context is None and (kubeconfig is None or kubeconfig.is_file()):
+        context = current_context(kubeconfig)
+    return connect(kubeconfig, context, namespace)
 
 
 def _registrations(
@@ -158,9 +169,8 @@ def _target(
     repo: str, kubeconfig: Path | None, context: str | None, namespace: str | None
 ) -> tuple[Cluster, str, str]:
     from klutch_gitops.inspect import steer
-    from klutch_gitops.inspect.access import connect
 
-    cluster = connect(kubeconfig, context, namespace)
+    cluster = _connect(kubeconfig, context, namespace)
     ns, name = steer.parse_repo(repo, cluster.namespace, explicit_namespace=namespace is not None)
     return cluster, ns, name
 
