@@ -26,7 +26,15 @@ from klutch_gitops.consumer import consumer_namespace
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
-from tests.integration.bindapi import API, bind_api_config, cli, dev_id_token, offered_api, serving
+from tests.integration.bindapi import (
+    API,
+    bind_api_config,
+    cli,
+    dev_id_token,
+    offered_api,
+    serving,
+    token_args,
+)
 
 from .conftest import Faults
 
@@ -106,7 +114,7 @@ def test_binding_while_dex_is_down(
             assert stack.dex.issuer in detail
             from_cli = cli(
                 tmp_path,
-                "bind", url, "--api", API, "--cluster-id", cluster_id, "--token", token,
+                "bind", url, "--api", API, "--cluster-id", cluster_id, *token_args(tmp_path, token),
                 "--repo", repository["url"], "--path", "claims", "--namespace", team,
                 "--kubeconfig", app_kubeconfig, "--yes",
             )  # fmt: skip

@@ -153,6 +153,15 @@ def healthy(url: str, ca: str | None = None) -> bool:
         return False
 
 
+def token_args(tmp_path: Path, id_token: str) -> list[str]:
+    """``--token-file FILE`` with ``id_token`` in an owner-only file: a token never goes on the
+    command line (``klutch-bind`` refuses ``--token``)."""
+    path = tmp_path / "id-token"
+    path.touch(mode=0o600)
+    path.write_text(id_token + "\n")
+    return ["--token-file", str(path)]
+
+
 def cli(
     tmp_path: Path, *args: str, env: dict[str, str] | None = None, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:

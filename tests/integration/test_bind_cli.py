@@ -27,7 +27,7 @@ from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer
 
-from .bindapi import API, bind_api_config, cli, dev_id_token, offered_api, serving
+from .bindapi import API, bind_api_config, cli, dev_id_token, offered_api, serving, token_args
 from .test_bindings import bare_repo
 
 
@@ -44,18 +44,20 @@ def bind_url(stack: StackInfo, clusters) -> Iterator[str]:
 
 
 def test_exports_show_the_allowed_api(bind_url: str, id_token: str, tmp_path: Path) -> None:
-    text = cli(tmp_path, "exports", bind_url, "--token", id_token)
+    text = cli(tmp_path, "exports", bind_url, *token_args(tmp_path, id_token))
     assert text.returncode == 0, text.stderr
     assert API in text.stdout
     assert "yes" in text.stdout
-    data = json.loads(cli(tmp_path, "exports", bind_url, "--token", id_token, "-o", "json").stdout)
+    data = json.loads(
+        cli(tmp_path, "exports", bind_url, *token_args(tmp_path, id_token), "-o", "json").stdout
+    )
     mine = next(e for e in data["exports"] if e["api"] == API)
     assert mine["allowed"] is True
     assert mine["permissionClaims"] == [PROVIDER_SECRETS]
 
 
 def test_a_bad_token_says_to_log_in(bind_url: str, tmp_path: Path) -> None:
-    result = cli(tmp_path, "status", bind_url, "--token", "not-a-jwt")
+    result = cli(tmp_path, "status", bind_url, *token_args(tmp_path, "not-a-jwt"))
     assert result.returncode == 1
     assert "not authenticated" in result.stderr
     assert "klutch-bind login" in result.stderr
@@ -67,7 +69,7 @@ def test_bind_status_unbind(
     app, control_plane = Kube(clusters["app"]), Kube(clusters["control-plane"])
     kubeconfig = stack.clusters["app"].kubeconfig
     cluster_id = f"cli-{uuid.uuid4().hex[:6]}"
-    common = ["--api", API, "--cluster-id", cluster_id, "--token", id_token]
+    common = ["--api", API, "--cluster-id", cluster_id, *token_args(tmp_path, id_token)]
 
     unconfirmed = cli(tmp_path, "bind", bind_url, *common, "--kubeconfig", kubeconfig)
     assert unconfirmed.returncode == 1
@@ -104,7 +106,7 @@ def test_bind_status_unbind(
     assert not any(b"kubeconfig:" in p.read_bytes() for p in out.iterdir() if p.suffix == ".yaml")
     assert f"klutch-bind/{consumer}-kubeconfig" in (out / "README.md").read_text()
 
-    listed = cli(tmp_path, "status", bind_url, "--token", id_token, "-o", "yaml")
+    listed = cli(tmp_path, "status", bind_url, *token_args(tmp_path, id_token), "-o", "yaml")
     assert listed.returncode == 0, listed.stderr
     assert any(
         b["consumerNamespace"] == consumer and b["clusterId"] == cluster_id
@@ -135,7 +137,7 @@ def test_bind_status_unbind(
     )
     gone = cli(
         tmp_path, "unbind", bind_url, consumer, "--yes",
-        "--token", id_token, "--kubeconfig", kubeconfig,
+        *token_args(tmp_path, id_token), "--kubeconfig", kubeconfig,
     )  # fmt: skip
     assert gone.returncode == 0, gone.stderr
     name = dependent["metadata"]["name"]
@@ -154,7 +156,7 @@ def test_bind_status_unbind(
     assert app.get(SERVICE_BINDINGS, None, API) is None
     assert app.get(SECRETS, "klutch-bind", f"{consumer}-kubeconfig") is None
     assert control_plane.get(NAMESPACES, None, consumer) is None  # unbind waited until gone
-    again = cli(tmp_path, "unbind", bind_url, consumer, "--yes", "--token", id_token)
+    again = cli(tmp_path, "unbind", bind_url, consumer, "--yes", *token_args(tmp_path, id_token))
     assert again.returncode == 1
     assert "no binding" in again.stderr
 
@@ -175,7 +177,7 @@ def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
     url = git_server.url_of(remote)
     password_file = tmp_path / "git-password"
     password_file.write_text(f"git-{uuid.uuid4().hex}\n")
-    common = ["--token", id_token, "--kubeconfig", kubeconfig]
+    common = [*token_args(tmp_path, id_token), "--kubeconfig", kubeconfig]
     reconciler = Reconciler(quick_config(stack, tmp_path)).start(serve_http=False)
     try:
         bound = cli(
@@ -233,7 +235,7 @@ def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
             "the RepositoryBinding to report Ready at (or after) the pushed commit",
         )
 
-        listed = cli(tmp_path, "status", bind_url, "--token", id_token, "-o", "json")
+        listed = cli(tmp_path, "status", bind_url, *token_args(tmp_path, id_token), "-o", "json")
         assert listed.returncode == 0, listed.stderr
         (mine,) = [
             b for b in json.loads(listed.stdout)["bindings"] if b["consumerNamespace"] == consumer
@@ -244,7 +246,7 @@ def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
         assert shown["metadata"]["namespace"] == consumer  # the tenant's own, with its status
         assert "managedFields" not in shown["metadata"]
         assert _reported(shown, remote, head)
-        table = cli(tmp_path, "status", bind_url, "--token", id_token).stdout
+        table = cli(tmp_path, "status", bind_url, *token_args(tmp_path, id_token)).stdout
         rows = [line.split() for line in table.splitlines() if line.startswith(consumer)]
         # below the bindings, the RepositoryBindings as `klutch-gitops get -A`: NAMESPACE NAME READY
         assert [name, "True"] in [row[1:3] for row in rows], table
@@ -259,7 +261,10 @@ def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
             lambda: f"{consumer}.{name}" not in reconciler.syncs,
             "the reconciler to drop the repository",
         )
-        assert consumer not in cli(tmp_path, "status", bind_url, "--token", id_token).stdout
+        assert (
+            consumer
+            not in cli(tmp_path, "status", bind_url, *token_args(tmp_path, id_token)).stdout
+        )
     finally:
         reconciler.stop()
         app.delete(NAMESPACES, None, team)
@@ -320,7 +325,7 @@ def test_bad_repository_options_are_refused_before_anything_is_bound(
     kubeconfig = stack.clusters["app"].kubeconfig
     result = cli(
         tmp_path, "bind", bind_url, "--api", API, "--cluster-id", "refused", "--yes",
-        "--token", id_token, "--kubeconfig", kubeconfig, *options,
+        *token_args(tmp_path, id_token), "--kubeconfig", kubeconfig, *options,
     )  # fmt: skip
     assert result.returncode == 1
     assert message in result.stderr
@@ -328,5 +333,5 @@ def test_bad_repository_options_are_refused_before_anything_is_bound(
     assert fix in result.stderr
     assert "Traceback" not in result.stderr
     assert "hunter2" not in result.stderr
-    listed = cli(tmp_path, "status", bind_url, "--token", id_token, "-o", "json")
+    listed = cli(tmp_path, "status", bind_url, *token_args(tmp_path, id_token), "-o", "json")
     assert "refused" not in {b["clusterId"] for b in json.loads(listed.stdout)["bindings"]}

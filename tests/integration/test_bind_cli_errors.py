@@ -17,10 +17,9 @@ import pytest
 from klutch_gitops.bind import token_cache
 from klutch_gitops.dev.localstack.processes import free_port
 
-from .bindapi import cli
+from .bindapi import cli, token_args
 
 DEAD = f"http://127.0.0.1:{free_port()}"  # nothing listens here
-TOKEN = ["--token", "not-used"]
 
 
 def unreachable_kubeconfig(tmp_path: Path) -> Path:
@@ -97,14 +96,18 @@ CASES = {
         1,
         "gone-ca.pem: No such file or directory",
     ),
-    "bind API unreachable": (lambda t: ["status", DEAD, *TOKEN], 1, "cannot reach the bind API"),
+    "bind API unreachable": (
+        lambda t: ["status", DEAD, *token_args(t, "not-used")],
+        1,
+        "cannot reach the bind API",
+    ),
     "bind API URL not a URL": (
-        lambda t: ["exports", "bind.example.com", *TOKEN],
+        lambda t: ["exports", "bind.example.com", *token_args(t, "not-used")],
         2,
         "is not an http(s) URL",
     ),
     "bad --output": (
-        lambda t: ["status", DEAD, *TOKEN, "-o", "table"],
+        lambda t: ["status", DEAD, *token_args(t, "not-used"), "-o", "table"],
         2,
         "Invalid value for '-o' / '--output'",
     ),
@@ -114,7 +117,16 @@ CASES = {
         "not logged in to https://dex.example.com",
     ),
     "kubeconfig missing": (
-        lambda t: ["bind", DEAD, "--api", "a.b", *TOKEN, "--yes", "--kubeconfig", "/nope"],
+        lambda t: [
+            "bind",
+            DEAD,
+            "--api",
+            "a.b",
+            *token_args(t, "not-used"),
+            "--yes",
+            "--kubeconfig",
+            "/nope",
+        ],
         1,
         "cannot read kubeconfig /nope",
     ),
@@ -123,7 +135,7 @@ CASES = {
             "unbind",
             DEAD,
             "c",
-            *TOKEN,
+            *token_args(t, "not-used"),
             "--kubeconfig",
             str(unreachable_kubeconfig(t)),
             "--context",
@@ -137,7 +149,7 @@ CASES = {
             "unbind",
             DEAD,
             "c",
-            *TOKEN,
+            *token_args(t, "not-used"),
             "--yes",
             "--kubeconfig",
             str(unreachable_kubeconfig(t)),
@@ -153,7 +165,7 @@ CASES = {
             "a.b",
             "--cluster-id",
             "c",
-            *TOKEN,
+            *token_args(t, "not-used"),
             "--yes",
             "--gitops-out",
             str(a_file(t) / "out"),
@@ -169,7 +181,7 @@ CASES = {
             "a.b",
             "--cluster-id",
             "c",
-            *TOKEN,
+            *token_args(t, "not-used"),
             "--yes",
             "--repo",
             "https://git.example.com/t.git",
@@ -182,7 +194,7 @@ CASES = {
         "cannot read --git-password-file /nope",
     ),
     "negative --timeout": (
-        lambda t: ["unbind", DEAD, "c", *TOKEN, "--timeout", "-1"],
+        lambda t: ["unbind", DEAD, "c", *token_args(t, "not-used"), "--timeout", "-1"],
         2,
         "Invalid value for '--timeout'",
     ),

@@ -16,7 +16,7 @@ from klutch_gitops.dev.localstack.pki import Pki
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
 
-from .bindapi import API, cli, dev_id_token, offered_api, serving
+from .bindapi import API, cli, dev_id_token, offered_api, serving, token_args
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,9 @@ def test_healthz_answers_over_https_with_the_configured_certificate(
 def test_the_cli_lists_exports_over_https_with_the_ca(
     https_url: str, id_token: str, pki: Pki, tmp_path: Path
 ) -> None:
-    result = cli(tmp_path, "exports", https_url, "--token", id_token, "--ca", str(pki.serving_ca))
+    result = cli(
+        tmp_path, "exports", https_url, *token_args(tmp_path, id_token), "--ca", str(pki.serving_ca)
+    )
     assert result.returncode == 0, result.stderr
     assert API in result.stdout
 
@@ -78,7 +80,7 @@ def test_the_cli_lists_exports_over_https_with_the_ca(
 def test_without_the_ca_the_cli_names_the_certificate_problem_and_the_fix(
     https_url: str, id_token: str, tmp_path: Path
 ) -> None:
-    result = cli(tmp_path, "exports", https_url, "--token", id_token)
+    result = cli(tmp_path, "exports", https_url, *token_args(tmp_path, id_token))
     assert result.returncode == 1
     assert f"the bind API's TLS certificate at {https_url} is not trusted" in result.stderr
     assert "fix: pass --ca FILE" in result.stderr
@@ -90,7 +92,9 @@ def test_an_unreadable_ca_file_is_a_clear_error(
     https_url: str, id_token: str, tmp_path: Path
 ) -> None:
     missing = tmp_path / "missing-ca.crt"
-    result = cli(tmp_path, "exports", https_url, "--token", id_token, "--ca", str(missing))
+    result = cli(
+        tmp_path, "exports", https_url, *token_args(tmp_path, id_token), "--ca", str(missing)
+    )
     assert result.returncode == 1
     assert f"cannot use --ca {missing}" in result.stderr
     assert "Traceback" not in result.stderr
@@ -100,7 +104,7 @@ def test_plain_http_to_the_https_port_fails(https_url: str, id_token: str, tmp_p
     plain = https_url.replace("https://", "http://", 1)
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{plain}/healthz")
-    result = cli(tmp_path, "exports", plain, "--token", id_token)
+    result = cli(tmp_path, "exports", plain, *token_args(tmp_path, id_token))
     assert result.returncode == 1
     assert f"cannot reach the bind API at {plain}" in result.stderr
     assert "use an https:// URL" in result.stderr

@@ -23,7 +23,16 @@ from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, Kube
 from reconciler.controllers.namespaces import NamespaceController
 
-from .bindapi import API, CLI, bind_api_config, cli, dev_id_token, offered_api, serving
+from .bindapi import (
+    API,
+    CLI,
+    bind_api_config,
+    cli,
+    dev_id_token,
+    offered_api,
+    serving,
+    token_args,
+)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +100,9 @@ def test_without_yes_and_no_terminal_nothing_is_deleted(
     admin = Kube(clusters["control-plane"])
     consumer, mapped, name = bound_with_a_database(bind_url, id_token, admin, protected=False)
     try:
-        refused = cli(tmp_path, "unbind", bind_url, consumer, "--token", id_token)  # stdin: null
+        refused = cli(
+            tmp_path, "unbind", bind_url, consumer, *token_args(tmp_path, id_token)
+        )  # stdin: null
 
         assert refused.returncode == 1
         assert "Traceback" not in refused.stderr
@@ -105,7 +116,7 @@ def test_without_yes_and_no_terminal_nothing_is_deleted(
         assert "1 claim(s), 1 database(s), 0 deletion-protected" in refused.stderr
         assert still_there(admin, consumer, mapped, name)
     finally:
-        cli(tmp_path, "unbind", bind_url, consumer, "--yes", "--token", id_token)
+        cli(tmp_path, "unbind", bind_url, consumer, "--yes", *token_args(tmp_path, id_token))
 
 
 def on_a_terminal(tmp_path: Path, answer: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -130,7 +141,7 @@ def test_on_a_terminal_it_asks_and_deletes_only_on_yes(
 ) -> None:
     admin = Kube(clusters["control-plane"])
     consumer, mapped, name = bound_with_a_database(bind_url, id_token, admin, protected=False)
-    args = ("unbind", bind_url, consumer, "--token", id_token)
+    args = ("unbind", bind_url, consumer, *token_args(tmp_path, id_token))
 
     declined = on_a_terminal(tmp_path, "n", *args)
     assert declined.returncode == 1
@@ -150,7 +161,7 @@ def test_a_protected_claim_is_refused_by_the_bind_api_until_forced(
 ) -> None:
     admin = Kube(clusters["control-plane"])
     consumer, mapped, name = bound_with_a_database(bind_url, id_token, admin, protected=True)
-    common = ["--token", id_token]
+    common = [*token_args(tmp_path, id_token)]
 
     refused = cli(tmp_path, "unbind", bind_url, consumer, "--yes", *common)
     assert refused.returncode == 1
@@ -198,7 +209,14 @@ def test_an_unfinished_unbind_prints_what_remains(
     admin.patch(POSTGRES, mapped, name, {"metadata": {"finalizers": ["example.com/hold"]}})
     try:
         slow = cli(
-            tmp_path, "unbind", bind_url, consumer, "--yes", "--timeout", "3", "--token", id_token
+            tmp_path,
+            "unbind",
+            bind_url,
+            consumer,
+            "--yes",
+            "--timeout",
+            "3",
+            *token_args(tmp_path, id_token),
         )
         assert slow.returncode == 1
         assert "Traceback" not in slow.stderr
