@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 
 from klutch_gitops.config import LeaderElection, PlatformSpec, SecretRef
-from klutch_gitops.config_file import parse_config, read_platform, read_repositories
+from klutch_gitops.config_file import parse_config
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.repository_config import from_repository_binding
-from klutch_gitops.settings import FieldReader
 
 GOOD = """
 controlPlane: {kubeconfig: cp.kubeconfig}
@@ -65,15 +64,15 @@ repositories:
         parse_config(bad, "bad.yaml", tmp_path)
     text = str(raised.value)
     for expected in (
-        "controlPlane: needs kubeconfig",
+        "controlPlane.kubeconfig: is required",
         "colour: unknown field",
-        "workers: 0 is not a number",
+        "workers: 0 is not a number from 1 to 64",
         "repositories[0].name: 'Team_A' is not valid",
         "repositories[0].url: 'ftp://example.com/x' is not valid",
-        "repositories[0].path: '../outside' leaves the repository",
+        "repositories[0].path: '../outside' must not contain '..'",
         "repositories[0].appNamespaces: must be a non-empty list",
-        "repositories[0].writeBack.mode: 'sometimes' is not a write-back mode",
-        "repositories[0].pollInterval: 'soon' is not valid",
+        "repositories[0].writeBack.mode: 'sometimes' is not one of 'inline', 'files' or 'branch'",
+        "repositories[0].pollInterval: 'soon' is not a duration",
     ):
         assert expected in text, expected
     assert text.startswith("bad.yaml: 9 problem(s)")
@@ -210,10 +209,10 @@ def test_leader_election_is_off_by_default_and_checked(tmp_path: Path) -> None:
     with pytest.raises(KlutchError) as raised:
         parse_config(bad, "c.yaml", tmp_path)
     message = raised.value.message
-    assert "leaderElection.enabled: must be true or false" in message
+    assert "leaderElection.enabled: must be true or false, got 'yes please'" in message
     assert "leaderElection.name: 'Not_A_Name' is not valid" in message
     assert "leaderElection: needs leaseDuration > renewDeadline > retryPeriod" in message
-    assert "leaderElection.renewInterval: unknown field" in message
+    assert "leaderElection.renewInterval: unknown field — did you mean renewDeadline?" in message
     with pytest.raises(KlutchError, match=r"leaderElection.namespace: is required"):
         parse_config(GOOD + "leaderElection: {enabled: true}\n", "c.yaml", tmp_path)
 
@@ -225,20 +224,21 @@ def test_shards_need_leader_election_and_a_sane_count(tmp_path: Path) -> None:
         ("{shards: 4}", "leaderElection.shards: shards need the Leases of leader election"),
         ("{enabled: true, namespace: k, shards: 300}", "300 is not a number from 0 to 256"),
         ("{enabled: true, namespace: k, shards: -1}", "-1 is not a number from 0 to 256"),
-        ("{enabled: true, namespace: k, shards: true}", "True is not a number from 0 to 256"),
+        ("{enabled: true, namespace: k, shards: true}", "must be a whole number, got True"),
     ]:
         with pytest.raises(KlutchError, match=error):
             parse_config(GOOD + f"leaderElection: {value}\n", "c.yaml", tmp_path)
 
 
-def test_repositories_and_platform_are_read_on_their_own(tmp_path: Path) -> None:
-    reader = FieldReader("c.yaml", tmp_path)
-    assert read_repositories(reader, {"name": "team-a"}) == ()
-    assert read_platform(reader, None) is None
-    assert read_platform(reader, {"branch": "main"}) is None
-    assert reader.problems == [
-        "repositories: must be a list — write each repository as `- name: …`",
-        "platform.url: is required — use a file://, https://, ssh:// or git@host:path URL",
+def test_repositories_must_be_a_list_and_the_platform_needs_a_url(tmp_path: Path) -> None:
+    text = "controlPlane: {kubeconfig: a}\nrepositories: {name: a}\nplatform: {branch: main}\n"
+    with pytest.raises(KlutchError) as raised:
+        parse_config(text, "c.yaml", tmp_path)
+    assert raised.value.message.splitlines()[1:] == [
+        "  platform.url: is required — use a file://, https://, ssh:// or git@host:path URL",
+        "  repositories: must be a list, got a mapping — write each item on its own `- ` line",
     ]
-    platform = read_platform(FieldReader("c.yaml", tmp_path), {"url": "https://git.example/p"})
+    platform = parse_config(
+        "controlPlane: {kubeconfig: a}\nplatform: {url: https://git.example/p}\n", "c", tmp_path
+    ).platform
     assert platform == PlatformSpec(url="https://git.example/p")
