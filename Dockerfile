@@ -1,39 +1,45 @@
-# The image of the reconciler and the bind API (charts/klutch-gitops runs both from it):
-#   docker build -t klutch-gitops:0.1.0 .
-# Python 3.11 as in CI; the Python packages are the pinned closure in requirements.lock.
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-FROM ${PYTHON_IMAGE}
+# The image of the reconciler and the bind API (charts/klutch-gitops runs both from it). Two ways
+# to build the same image:
+#   with Docker:        docker build -t ghcr.io/anynines/klutch-gitops:0.1.0 .
+#   without a daemon:   klutch-gitops dev image build --out dist/image   (root, Debian/Ubuntu: an
+#                       OCI image layout from mmdebstrap and chroot; push it with skopeo or crane)
+# Both start from Debian bookworm slim, install the Debian packages of tools/image/packages.txt and
+# run tools/image/install.sh: a venv in /opt/klutch-gitops with klutch-gitops[server] from wheels,
+# pinned by requirements.lock (Python 3.11, bookworm's), and the user 10001.
+# tests/unit/test_image_spec.py keeps this file and the daemonless build alike.
+ARG DEBIAN_IMAGE=debian:bookworm-slim
+FROM ${DEBIAN_IMAGE}
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-
-# git and ssh for the repositories; tini reaps the git and ssh children and forwards signals.
+COPY tools/image/packages.txt tools/image/install.sh /tmp/klutch-image/
 RUN apt-get update \
- && apt-get install -y --no-install-recommends git openssh-client tini ca-certificates \
+ && sed 's/#.*//' /tmp/klutch-image/packages.txt \
+    | DEBIAN_FRONTEND=noninteractive xargs apt-get install -y --no-install-recommends \
  && rm -rf /var/lib/apt/lists/*
 
-WORKDIR /opt/klutch-gitops
-COPY requirements.lock ./
-RUN pip install --no-deps -r requirements.lock
+# The wheels: the project's, and one of every pin in requirements.lock; install.sh installs only
+# from them (--no-index), as the daemonless build does.
+COPY requirements.lock pyproject.toml README.md /tmp/klutch-image/source/
+COPY klutch_gitops /tmp/klutch-image/source/klutch_gitops
+COPY reconciler /tmp/klutch-image/source/reconciler
+COPY bind_api /tmp/klutch-image/source/bind_api
+COPY catalog /tmp/klutch-image/source/catalog
+RUN python3 -m venv /tmp/klutch-image/pip \
+ && /tmp/klutch-image/pip/bin/pip wheel --no-deps --wheel-dir /tmp/klutch-image/wheels \
+    /tmp/klutch-image/source \
+ && /tmp/klutch-image/pip/bin/pip download --no-deps --only-binary=:all: \
+    --dest /tmp/klutch-image/wheels --requirement /tmp/klutch-image/source/requirements.lock \
+ && PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 sh /tmp/klutch-image/install.sh \
+    /tmp/klutch-image/wheels /tmp/klutch-image/source/requirements.lock \
+ && rm -rf /tmp/klutch-image /root/.cache
 
-# The catalog (CRDs the reconciler installs) is read from beside the packages, so the source tree
-# is installed in place (editable) rather than copied into site-packages without it.
-COPY pyproject.toml README.md ./
-COPY klutch_gitops ./klutch_gitops
-COPY reconciler ./reconciler
-COPY bind_api ./bind_api
-COPY catalog ./catalog
-RUN pip install --no-deps -e . \
- && pip check \
- && python -m compileall -q klutch_gitops reconciler bind_api
-
-# A numeric non-root user, so Kubernetes can verify runAsNonRoot.
-RUN useradd --uid 10001 --user-group --home-dir /tmp --no-create-home --shell /usr/sbin/nologin klutch
-USER 10001:10001
-ENV HOME=/tmp
-
+ENV PATH=/opt/klutch-gitops/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/tmp \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+LABEL org.opencontainers.image.title=klutch-gitops \
+      org.opencontainers.image.description="GitOps front door for Klutch data services: the reconciler and the bind API" \
+      org.opencontainers.image.licenses=Apache-2.0
+USER 10001
 EXPOSE 8080 8443
 ENTRYPOINT ["/usr/bin/tini", "--", "klutch-gitops"]
 CMD ["--help"]

@@ -1,0 +1,21 @@
+#!/bin/sh
+# Installs klutch-gitops into the image's root filesystem; run as root inside it by the Dockerfile
+# and by `klutch-gitops dev image build` (chroot), so both paths make the same image.
+#   install.sh WHEELS LOCK
+# WHEELS holds the klutch-gitops wheel and a wheel of every pin in LOCK (requirements.lock): the
+# install runs with --no-index, so nothing but those wheels lands in the image.
+set -eu
+wheels=$1
+lock=$2
+venv=/opt/klutch-gitops
+
+python3 -m venv "$venv"
+"$venv/bin/pip" install --no-index --find-links "$wheels" --constraint "$lock" \
+  'klutch-gitops[server]'
+"$venv/bin/pip" check
+
+# A numeric non-root user, so Kubernetes can verify runAsNonRoot; written directly (minbase has no
+# useradd) and the same in both paths.
+grep -q '^klutch:' /etc/group || echo 'klutch:x:10001:' >>/etc/group
+grep -q '^klutch:' /etc/passwd \
+  || echo 'klutch:x:10001:10001:klutch-gitops:/tmp:/usr/sbin/nologin' >>/etc/passwd
