@@ -7,6 +7,10 @@
 - ``examples/``: example claims of every kind.
 
 This module only reads; applying is the caller's (server-side, XRDs before Compositions).
+
+Where: a wheel carries ``catalog/`` as the package data ``klutch_gitops/_catalog`` (pyproject.toml's
+package-dir mapping); a source checkout or an editable install reads ``catalog/`` beside the
+packages. Every module that reads a catalog file starts from ``CATALOG_DIR``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,15 @@ import yaml
 
 from klutch_gitops.errors import KlutchError
 
-CATALOG_DIR = Path(__file__).resolve().parents[1] / "catalog"
+
+def catalog_dir() -> Path:
+    """The installed package data when there is some, else the source checkout's ``catalog/``."""
+    here = Path(__file__).resolve()
+    packaged = here.with_name("_catalog")
+    return packaged if packaged.is_dir() else here.parents[1] / "catalog"
+
+
+CATALOG_DIR = catalog_dir()
 XRD_DIR = CATALOG_DIR / "xrds"
 COMPOSITION_DIR = CATALOG_DIR / "compositions"
 TEMPLATE_DIR = CATALOG_DIR / "templates"
@@ -29,6 +41,11 @@ PRODUCTION_BACKENDS = ("a8s", "a9s")
 
 def read_documents(directory: Path) -> list[dict[str, Any]]:
     """Every YAML document in the ``*.yaml`` files under ``directory``, in path order."""
+    if not directory.is_dir():  # rglob would find nothing and the catalog would look empty
+        raise KlutchError(
+            f"the catalog folder {directory} is missing",
+            "reinstall klutch-gitops from its wheel, which carries the catalog",
+        )
     documents: list[dict[str, Any]] = []
     for path in sorted(directory.rglob("*.yaml")):
         try:

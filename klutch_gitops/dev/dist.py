@@ -1,0 +1,147 @@
+"""Build what a release publishes: the wheels and sdists of both distributions, and the krew
+plugin archive and manifest of ``kubectl klutch-bind``.
+
+- ``klutch-gitops`` (the repository root): the code, the catalog as package data, the
+  ``klutch-gitops`` command; the ``server`` extra adds what the reconciler and the bind API run.
+- ``klutch-bind`` (``packaging/klutch-bind``): the ``klutch-bind`` and ``kubectl-klutch_bind``
+  commands, depending on ``klutch-gitops`` of the same version without extras.
+- ``klutch-bind-VERSION.tar.gz`` and ``klutch-bind.yaml`` (``packaging/krew``): one archive for
+  every platform krew offers it on, with a launcher that installs the two wheels into a venv.
+
+``python -m klutch_gitops.dev.dist --out dist`` (``make dist``). Needs a source checkout and the
+``build`` frontend (the ``dev`` extra); ``python -m build`` fetches the build backend itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+from klutch_gitops.errors import KlutchError
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECTS = (ROOT, ROOT / "packaging" / "klutch-bind")
+KREW = ROOT / "packaging" / "krew"
+LOCK = ROOT / "requirements.lock"
+# The archive's entries carry this time, not the build's: the same inputs give the same bytes.
+ARCHIVE_MTIME = 0
+
+
+def version(project: Path = ROOT) -> str:
+    """The version in a project's pyproject.toml."""
+    return tomllib.loads((project / "pyproject.toml").read_text())["project"]["version"]
+
+
+def build(out: Path) -> list[Path]:
+    """Wheel and sdist of every distribution into ``out``, replacing older ones of the same
+    name (the wheel is built from the sdist, as ``python -m build`` does, so a file missing from
+    the sdist fails here)."""
+    out.mkdir(parents=True, exist_ok=True)
+    built: list[Path] = []
+    for project in PROJECTS:
+        with tempfile.TemporaryDirectory(prefix="klutch-dist-") as staging:
+            result = subprocess.run(
+                [sys.executable, "-m", "build", "--outdir", staging, str(project)],
+                capture_output=True,
+                text=True,
+                check=False,
+                env={**os.environ, "SOURCE_DATE_EPOCH": source_date_epoch()},
+            )
+            if result.returncode != 0:
+                raise KlutchError(
+                    f"python -m build {project} failed:\n{(result.stdout + result.stderr)[-3000:]}",
+                    "install the dev extra (it has `build`) and fix what the build reports",
+                )
+            for path in sorted(Path(staging).iterdir()):
+                built.append(Path(shutil.move(path, out / path.name)))
+    return built
+
+
+def source_date_epoch() -> str:
+    """The last commit's time: wheels of the same tree get the same bytes (their entries' times
+    come from SOURCE_DATE_EPOCH when it is set), so do the archives that carry them."""
+    if "SOURCE_DATE_EPOCH" in os.environ:
+        return os.environ["SOURCE_DATE_EPOCH"]
+    result = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "-1", "--format=%ct"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return result.stdout.strip() if result.returncode == 0 and result.stdout.strip() else "0"
+
+
+def launcher(release: str) -> bytes:
+    """The krew archive's executable: packaging/krew/klutch-bind.sh for this version."""
+    return (KREW / "klutch-bind.sh").read_text().replace("@VERSION@", release).encode()
+
+
+def krew_archive(wheels: list[Path], out: Path) -> Path:
+    """``klutch-bind-VERSION.tar.gz``: launcher, ``wheels/``, ``constraints.txt``; byte for byte
+    the same for the same inputs (sorted entries, fixed times and owners, gzip without a time)."""
+    release = version()
+    entries: list[tuple[str, bytes, int]] = [
+        ("klutch-bind", launcher(release), 0o755),
+        ("constraints.txt", LOCK.read_bytes(), 0o644),
+        *((f"wheels/{wheel.name}", wheel.read_bytes(), 0o644) for wheel in sorted(wheels)),
+    ]
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data, mode in sorted(entries):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, ARCHIVE_MTIME
+            tar.addfile(info, io.BytesIO(data))
+    archive = out / f"klutch-bind-{release}.tar.gz"
+    with archive.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed:
+        packed.write(buffer.getvalue())
+    return archive
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def krew_manifest(archive: Path, out: Path) -> Path:
+    """``out/klutch-bind.yaml``: the template with this version and the archive's sha256."""
+    text = (KREW / "klutch-bind.yaml").read_text()
+    rendered = text.replace("${VERSION}", version()).replace("${SHA256}", sha256(archive))
+    manifest = out / "klutch-bind.yaml"
+    manifest.write_text(rendered)
+    return manifest
+
+
+def release(out: Path) -> list[Path]:
+    """Everything a release uploads: wheels, sdists, the krew archive and its manifest."""
+    built = build(out)
+    wheels = [path for path in built if path.suffix == ".whl"]
+    archive = krew_archive(wheels, out)
+    return [*built, archive, krew_manifest(archive, out)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m klutch_gitops.dev.dist", description=__doc__)
+    parser.add_argument("--out", type=Path, default=ROOT / "dist", help="where to write (dist/)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    try:
+        files = release(args.out)
+    except KlutchError as error:
+        sys.exit(f"error: {error}")
+    for path in files:
+        print(path)
+    print(f"built in {time.monotonic() - started:.1f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
