@@ -180,7 +180,7 @@ def matching(pattern: str, fix: str, *, max_length: int = 253) -> Any:
 
     def check(value: str) -> tuple[str, str] | None:
         if len(value) > max_length:
-            return f"is longer than {max_length} characters", fix
+            return f"{value[:80]!r} is longer than {max_length} characters", fix
         return None if compiled.search(value) else (f"{value!r} is not valid", fix)
 
     return checked(check, {"pattern": pattern, "maxLength": max_length, "minLength": 1})

@@ -48,14 +48,15 @@ extra: 1
         parse_bind_api_config(bad, "bind.yaml", tmp_path)
     text = str(raised.value)
     for expected in (
-        "controlPlane: the bind API's own identity must be a kubeconfig file",
+        "controlPlane.kubeconfig: is required — name the service's own kubeconfig file",
+        "controlPlane.kubeconfigSecretRef: unknown field",
         "tls: needs both certFile and keyFile",
         "oidc.issuer: 'http://dex.example.com' is not https",
         "oidc.audiences: must be a non-empty list",
         "defaultAllowedGroups: must be a list",
-        "consumerNamespacePrefix: 'a-prefix-longer-than-twenty' is not valid",
+        "consumerNamespacePrefix: 'a-prefix-longer-than-twenty' is longer than 20 characters",
         "use a DNS label of at most 20 characters",
-        "bindingsPerIdentity: 0 is not a positive whole number",
+        "bindingsPerIdentity: 0 is not a number from 1 to 100000",
         "browser.sessionNamespace: 'Not_A_Namespace' is not valid",
         "extra: unknown field",
     ):
@@ -97,7 +98,7 @@ def test_browser_flow_problems_are_reported_with_the_rest(tmp_path: Path) -> Non
     for expected in (
         "browser.externalURL: 'bind.example.com' is not an http(s) URL",
         "browser.clientId: is required",
-        "browser.clientSecret: must be a file or env reference",
+        "browser.clientSecret.secretRef: unknown field — remove it; known fields here: env, file",
         "browser.scopes: must be a list of scopes including openid",
         "browser.extra: unknown field",
     ):
