@@ -31,6 +31,7 @@ from klutch_gitops.bind.options import (
     OutputOption,
     TokenFile,
     Url,
+    app_kube,
     bearer_token,
     open_client,
 )
@@ -153,7 +154,7 @@ def bind_command(
     repository = request.repository_body(repo, branch, path, namespaces, credentials)
     app_kubeconfig = request.app_kubeconfig(kubeconfig, context) if repository is not None else None
     direct = gitops_out is None or kubeconfig is not None or context is not None
-    kube = app_cluster.answering(app_cluster.app_kube(kubeconfig, context)) if direct else None
+    kube = app_kube(kubeconfig, context) if direct else None
     if gitops_out is not None:
         app_cluster.gitops_dir(gitops_out)
     with open_client(url, issuer, token_file, client_id, ca, kubeconfig, context) as api:

@@ -19,11 +19,13 @@ from typer._click import Context as ClickContext  # typer 0.29 vendors click
 from typer._click.exceptions import UsageError
 from typer.core import TyperGroup
 
-from klutch_gitops.bind import contexts, token_cache
+from klutch_gitops.bind import app_cluster, contexts, token_cache
 from klutch_gitops.bind.client import BindClient
 from klutch_gitops.bind.output import Output
 from klutch_gitops.bind.request import read_text
+from klutch_gitops.cli_options import current_context
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.kube.client import Kube
 
 TOKEN_ENV = "KLUTCH_BIND_TOKEN"  # noqa: S105 - the variable's name, not a token
 TOKEN_FIX = (
@@ -114,6 +116,15 @@ class NoSecretsOnArgv(TyperGroup):
                     f"this machine and stays in shell history; {TOKEN_FIX}"
                 )
         return super().make_context(info_name, args, parent, **extra)
+
+
+def app_kube(kubeconfig: Path | None, context: str | None) -> Kube:
+    """The App Cluster, once it answers: ``--context``, else the current context as kubectl picks
+    it from several $KUBECONFIG files (the first file that sets it; the kubernetes client would
+    take the last)."""
+    if context is None and kubeconfig is None:
+        context = current_context(None)
+    return app_cluster.answering(app_cluster.app_kube(kubeconfig, context))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from klutch_gitops.bind.options import (
     Kubeconfig,
     OutputOption,
     TokenFile,
+    app_kube,
     open_client,
     web_url,
 )
@@ -157,11 +158,7 @@ def unbind_command(
     """Remove a binding and everything it holds on the Control Plane, after listing it and a
     confirmation; with --kubeconfig also its App Cluster objects."""
     url, consumer = _url_and_consumer(targets)
-    kube = (
-        app_cluster.answering(app_cluster.app_kube(kubeconfig, context))
-        if kubeconfig or context
-        else None
-    )
+    kube = app_kube(kubeconfig, context) if kubeconfig or context else None
     with open_client(url, issuer, token_file, client_id, ca, kubeconfig, context) as api:
         url = api.base_url
         plan = api.unbind_plan(consumer)
