@@ -55,14 +55,18 @@ def user_ids(root: Path, user: str) -> tuple[int, int]:
     return int(uid), int(gid or uid)
 
 
-def run(
-    layout: Path, args: list[str], scratch: Path, timeout: float = 120
+def start(
+    root: Path,
+    config: dict[str, Any],
+    args: list[str],
+    entrypoint: list[str] | None = None,
+    timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
-    """Unpacks the image into ``scratch`` and runs its entry point with ``args`` (or its Cmd)."""
-    root = scratch / "rootfs"
-    config = unpack(layout, root)["config"]
-    uid, gid = user_ids(root, config.get("User") or "0")
-    env = dict(entry.split("=", 1) for entry in config.get("Env", []))
+    """Runs the unpacked image in ``root``: its Entrypoint (or ``entrypoint``, as a Pod's
+    ``command`` replaces it) with ``args`` (or its Cmd), as its User, with only its Env."""
+    settings = config["config"]
+    uid, gid = user_ids(root, settings.get("User") or "0")
+    env = dict(entry.split("=", 1) for entry in settings.get("Env", []))
     command = [
         "unshare",
         "--mount",
@@ -70,11 +74,17 @@ def run(
         "--fork",
         "chroot",
         f"--userspec={uid}:{gid}",
-        "--groups=",
+        f"--groups={gid}",
         str(root),
-        *config.get("Entrypoint", []),
-        *(args or config.get("Cmd", [])),
+        *(settings.get("Entrypoint", []) if entrypoint is None else entrypoint),
+        *(args or ([] if entrypoint is not None else settings.get("Cmd", []))),
     ]
     return subprocess.run(
         command, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+def run(layout: Path, args: list[str], scratch: Path) -> subprocess.CompletedProcess[str]:
+    """Unpacks the image into ``scratch`` and runs its entry point with ``args`` (or its Cmd)."""
+    root = scratch / "rootfs"
+    return start(root, unpack(layout, root), args)

@@ -1,0 +1,96 @@
+"""The daemonless image build, end to end: ``klutch-gitops dev image build`` makes the Debian root
+filesystem with mmdebstrap (installing mmdebstrap first when missing; cached after the first
+build), installs the wheels under chroot and writes an OCI image layout; the test then starts the
+image as a runtime would and checks the layout as a registry client would.
+
+The runtime's part follows opencontainers/image-spec layer.md ("Applying Changesets": unpack the
+layers in order) and config.md (run ``Entrypoint`` + ``Cmd`` as ``User`` with ``Env``); the
+layout's follows image-layout.md (index.json → manifest → config and layers, each blob's sha256
+equal to its name, each descriptor's size equal to the blob's) and config.md (``rootfs.diff_ids``
+are the digests of the uncompressed layers).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from klutch_gitops.dev.image import build, runtime, spec
+
+VERSION = tomllib.loads((spec.ROOT / "pyproject.toml").read_text())["project"]["version"]
+# What the image must hold beyond `version`: the server extra and the catalog the reconciler
+# applies at start (package data of the wheel).
+SERVER_CHECK = (
+    "import os; assert (os.getuid(), os.getgid()) == (10001, 10001), os.getuid(); "
+    "import fastapi, uvicorn, psycopg, git, watchfiles, jinja2, prometheus_client; "
+    "from klutch_gitops.catalog import CATALOG_DIR; "
+    "assert (CATALOG_DIR / 'crds').is_dir(), CATALOG_DIR; print('server ok')"
+)
+
+
+def checked_blob(layout: Path, descriptor: dict[str, Any]) -> bytes:
+    """The blob a descriptor names, after checking its digest and size against the descriptor."""
+    algorithm, encoded = descriptor["digest"].split(":")
+    assert algorithm == "sha256"
+    data = (layout / "blobs" / "sha256" / encoded).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == encoded
+    assert len(data) == descriptor["size"], descriptor
+    return data
+
+
+def check_layout(layout: Path) -> dict[str, Any]:
+    """Every blob is named by its content; index → manifest → config and layer agree."""
+    for path in (layout / "blobs" / "sha256").iterdir():
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == path.name
+    assert json.loads((layout / "oci-layout").read_text())["imageLayoutVersion"] == "1.0.0"
+    [descriptor] = json.loads((layout / "index.json").read_text())["manifests"]
+    assert descriptor["annotations"]["org.opencontainers.image.ref.name"] == VERSION
+    manifest = json.loads(checked_blob(layout, descriptor))
+    config = json.loads(checked_blob(layout, manifest["config"]))
+    diff_ids = [
+        "sha256:" + hashlib.sha256(gzip.decompress(checked_blob(layout, layer))).hexdigest()
+        for layer in manifest["layers"]
+    ]
+    assert config["rootfs"] == {"type": "layers", "diff_ids": diff_ids}
+    return config
+
+
+@pytest.mark.timeout(1500)  # a cold build: mmdebstrap and every wheel downloaded, then twice
+def test_the_built_image_starts_and_prints_its_version(tmp_path: Path) -> None:
+    started = time.monotonic()
+    first = build.build(tmp_path / "layout", archive=tmp_path / "image.tar")
+    first_seconds = time.monotonic() - started
+    started = time.monotonic()
+    second = build.build(tmp_path / "again")
+    second_seconds = time.monotonic() - started
+    base = "made by mmdebstrap" if first.base_made else "cached"
+    print(f"\nimage build: first {first_seconds:.0f}s (base {base}), second {second_seconds:.0f}s")
+    for step, seconds in first.seconds.items():
+        print(f"  {step:<36} {seconds:6.1f}s / {second.seconds[step]:6.1f}s")
+    layer = first.image.layer
+    print(f"  layer {layer.size / 2**20:.0f} MiB gzip, {layer.entries} entries")
+    assert not second.base_made
+    assert second.image.manifest_digest == first.image.manifest_digest  # reproducible
+
+    config = check_layout(tmp_path / "layout")
+    assert config["config"]["Entrypoint"] == list(spec.ENTRYPOINT)
+    assert config["config"]["User"] == spec.USER
+
+    root = tmp_path / "rootfs"
+    unpacked = runtime.unpack(tmp_path / "layout", root)
+    result = runtime.start(root, unpacked, ["version"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == VERSION
+    assert (root / "opt/klutch-gitops/bin/klutch-gitops").stat().st_uid == 0  # not 10001's
+
+    python = ["/opt/klutch-gitops/bin/python", "-c", SERVER_CHECK]
+    result = runtime.start(root, unpacked, [], entrypoint=python)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "server ok"
