@@ -38,7 +38,7 @@ from klutch_gitops.bind.options import (
 from klutch_gitops.bind.output import Output, emit, print_bind_report, print_table, show_claims
 from klutch_gitops.bind.request import GIT_PASSWORD_ENV, claims_for, confirmation_needed
 from klutch_gitops.bind.unbind import unbind_command
-from klutch_gitops.cli_options import VersionOption, add_conventions
+from klutch_gitops.cli_options import VersionOption, add_conventions, kubeconfig_paths
 from klutch_gitops.console import out, run_cli
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.inspect.show import REPOSITORIES, render
@@ -152,7 +152,11 @@ def bind_command(
     """Bind APIs (and optionally a repository) for an App Cluster, after confirming the claims."""
     credentials = request.git_credentials(git_username, git_password_file, ssh_key, known_hosts)
     repository = request.repository_body(repo, branch, path, namespaces, credentials)
-    app_kubeconfig = request.app_kubeconfig(kubeconfig, context) if repository is not None else None
+    app_kubeconfig = (
+        request.app_kubeconfig(kubeconfig or _one_kubeconfig(), context)
+        if repository is not None
+        else None
+    )
     direct = gitops_out is None or kubeconfig is not None or context is not None
     kube = app_kube(kubeconfig, context) if direct else None
     if gitops_out is not None:
@@ -173,6 +177,13 @@ def bind_command(
             body["appKubeconfig"] = app_kubeconfig
         result = api.bind(body)
     _complete_on_app_cluster(result, claims_by_api, kube, gitops_out, output)
+
+
+def _one_kubeconfig() -> Path | None:
+    """The kubeconfig file kubectl would read when it is one file ($KUBECONFIG or the default):
+    the App kubeconfig sent for a repository is cut from one file; several need --kubeconfig."""
+    found = [path for path in kubeconfig_paths(None) if path.is_file()]
+    return found[0] if len(found) == 1 else None
 
 
 def _complete_on_app_cluster(
