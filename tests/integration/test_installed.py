@@ -186,8 +186,8 @@ def test_every_catalog_reader_finds_its_files_installed(laptop: Venv) -> None:
     script = (
         "from klutch_gitops import binder_roles, catalog, policies\n"
         "from klutch_gitops.kube import crds\n"
-        "for path in (catalog.XRD_DIR, policies.POLICY_DIR, binder_roles.ROLE_FILE, crds.CRD_DIR):\n"
-        "    print(path.exists(), path)\n"
+        "paths = catalog.XRD_DIR, policies.POLICY_DIR, binder_roles.ROLE_FILE, crds.CRD_DIR\n"
+        "for path in paths: print(path.exists(), path)\n"
     )
     lines = laptop.run("python", "-c", script).stdout.splitlines()
     assert len(lines) == 4
