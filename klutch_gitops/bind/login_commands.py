@@ -21,7 +21,7 @@ from klutch_gitops.bind.device_login import (
     poll_device_token,
     start_device_authorization,
 )
-from klutch_gitops.bind.options import Context, Issuer, Kubeconfig, OutputOption, Url
+from klutch_gitops.bind.options import Context, Issuer, Kubeconfig, OutputOption, Url, web_url
 from klutch_gitops.bind.output import Output, emit, print_table
 from klutch_gitops.console import err, out
 from klutch_gitops.errors import KlutchError
@@ -41,7 +41,12 @@ def headless() -> bool:
 
 def login(
     url: Url = None,
-    issuer: Issuer = None,
+    issuer: Annotated[
+        str | None,
+        typer.Option(
+            "--issuer", help="The OIDC issuer to log in to (default: remembered).", callback=web_url
+        ),
+    ] = None,
     client_id: Annotated[
         str | None,
         typer.Option("--client-id", help="The public OIDC client (default: remembered)."),

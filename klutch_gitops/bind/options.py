@@ -51,6 +51,7 @@ def web_url(value: str | None) -> str | None:
 Url = Annotated[
     str | None,
     typer.Argument(
+        metavar="URL",
         help="The bind API's base URL, e.g. https://bind.example.com (default: the one 'login' "
         "remembered for the kubectl context)",
         callback=web_url,
