@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from klutch_gitops import __version__
 from klutch_gitops.bind.cli import app as bind_app
 from klutch_gitops.cli import app as gitops_app
-from klutch_gitops.cli_options import current_context, kubeconfig_paths
+from klutch_gitops.cli_options import PlanCluster, current_context, kubeconfig_paths
 from klutch_gitops.errors import KlutchError
 
 APPS = {"klutch-gitops": gitops_app, "klutch-bind": bind_app}
@@ -201,3 +201,27 @@ def test_the_default_kubeconfig_and_an_explicit_missing_one(
     (tmp_path / "bad").write_text("{unclosed")
     with pytest.raises(KlutchError, match=r"cannot read the kubeconfig .*bad"):
         current_context(tmp_path / "bad")
+
+
+def test_plan_takes_contexts_only_with_what_they_go_with(tmp_path: Path) -> None:
+    runner = CliRunner()
+    alone = runner.invoke(gitops_app, ["plan", "--base", "a", "--head", "b", "--context", "cp"])
+    assert alone.exit_code == 2
+    assert "(or --context) and --consumer-namespace go together" in alone.output
+    config = tmp_path / "c.yaml"
+    both = ["plan", "--base", "a", "--head", "b", "-c", str(config), "--app-context", "app"]
+    mixed = runner.invoke(gitops_app, both)
+    assert mixed.exit_code == 2
+    assert "--config names the clusters itself" in mixed.output
+
+
+def test_a_plan_context_without_any_kubeconfig_names_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "a") + os.pathsep + str(tmp_path / "b"))
+    cluster = PlanCluster(None, "cp", "--control-plane-kubeconfig")
+    assert not PlanCluster(None, None, "--app-kubeconfig")
+    assert PlanCluster(None, None, "--app-kubeconfig").kube(None) is None  # offline
+    with pytest.raises(KlutchError, match=r"--context cp: no kubeconfig at \$KUBECONFIG") as raised:
+        cluster.kube(None)
+    assert "--kubeconfig FILE" in raised.value.fix
