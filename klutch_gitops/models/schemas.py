@@ -148,7 +148,8 @@ def main(argv: list[str]) -> int:
     if argv == ["--check"]:
         stale = drifted()
         for path in stale:
-            print(f"{path.relative_to(ROOT)}: differs from klutch_gitops/models", file=sys.stderr)
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            print(f"{shown}: differs from klutch_gitops/models", file=sys.stderr)
         if stale:
             print("fix: python -m klutch_gitops.models.schemas", file=sys.stderr)
         return 1 if stale else 0

@@ -117,7 +117,7 @@ def test_repository_binding_becomes_a_registration() -> None:
 def test_the_documented_example_config_is_valid() -> None:
     example = Path(__file__).resolve().parents[2] / "examples" / "reconciler.yaml"
     config = parse_config(example.read_text(), str(example), example.parent)
-    assert [r.name for r in config.repositories] == ["team-a"]
+    assert [r.name for r in config.repositories] == ["team-a", "team-b"]
     assert config.platform is not None
     assert config.platform.webhook_secret == SecretRef(env="PLATFORM_WEBHOOK_SECRET")
     assert config.leader_election == LeaderElection(namespace="klutch-system")
