@@ -13,9 +13,9 @@ from rich.markup import escape
 
 from klutch_gitops.cli_options import (
     HELP_WIDTH,
+    ClusterOption,
     LogLevel,
     LogLevelOption,
-    PlanCluster,
     VersionOption,
     add_conventions,
 )
@@ -135,9 +135,15 @@ def bind_api(
 @app.command("local-provider")
 def local_provider(
     kubeconfig: Annotated[
-        Path, typer.Option("--kubeconfig", help="The Control Plane's kubeconfig")
-    ],
-    context: Annotated[str | None, typer.Option("--context")] = None,
+        Path | None,
+        typer.Option(
+            "--kubeconfig",
+            help="The Control Plane's kubeconfig (default: $KUBECONFIG, ~/.kube/config)",
+        ),
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option("--context", help="Its context (default: the current one)")
+    ] = None,
     backup_dir: Annotated[
         Path | None,
         typer.Option("--backup-dir", help="Backup store of ProviderConfigs without their own"),
@@ -181,7 +187,6 @@ def local_provider(
     from klutch_gitops.dev.local_provider.provider import LocalProvider, bootstrap, serve_health
     from klutch_gitops.dev.localstack.postgres import bin_dir
     from klutch_gitops.errors import KlutchError
-    from klutch_gitops.kube.client import Kube, api_client
     from klutch_gitops.settings import secret_value
 
     if postgres_host and postgres_password_file is None:
@@ -202,9 +207,8 @@ def local_provider(
     )
     preflight.programs(pg_bin_dir, "--pg-bin-dir", ("pg_dump", "pg_restore"))
     preflight.directory(backup_dir, "--backup-dir")
-    preflight.reach_cluster(kubeconfig, "--kubeconfig", context)
+    kube = ClusterOption(kubeconfig, context, "--kubeconfig").connect(None)
     logs.configure(log_level.value)
-    kube = Kube(api_client(kubeconfig, context))
     provider = LocalProvider(  # installs its CRDs (Established) before anything uses them
         kube, backup_dir=backup_dir, bin_dir=pg_bin_dir or bin_dir(), poll_interval=poll_interval
     ).start()
@@ -223,7 +227,7 @@ def local_provider(
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    err.print(f"local provider running against {kubeconfig}")
+    err.print(f"local provider running against {kube.api.configuration.host}")
     stop.wait()
     provider.stop()
 
@@ -299,8 +303,8 @@ def plan(
     from reconciler.review.plan_io import Target, config_targets, run_plan
     from reconciler.review.plan_render import render_json, render_markdown
 
-    control_plane = PlanCluster(control_plane_kubeconfig, context, "--control-plane-kubeconfig")
-    app_cluster = PlanCluster(app_kubeconfig, app_context, "--app-kubeconfig")
+    control_plane = ClusterOption(control_plane_kubeconfig, context, "--control-plane-kubeconfig")
+    app_cluster = ClusterOption(app_kubeconfig, app_context, "--app-kubeconfig")
     _check_plan_options(
         config, repository, control_plane, consumer_namespace, app_cluster, app_namespace
     )
@@ -336,9 +340,9 @@ def plan(
 def _check_plan_options(
     config: Path | None,
     repository: list[str] | None,
-    control_plane: PlanCluster,
+    control_plane: ClusterOption,
     consumer_namespace: str | None,
-    app_cluster: PlanCluster,
+    app_cluster: ClusterOption,
     app_namespace: list[str] | None,
 ) -> None:
     """Refuse combinations of options that contradict each other, before anything is read."""

@@ -173,9 +173,10 @@ def kubeconfig_source(kubeconfig: Path | None) -> str:
 
 
 @dataclass(frozen=True)
-class PlanCluster:
-    """A cluster ``klutch-gitops plan`` reads: its own kubeconfig file, or a context of
-    --kubeconfig (kubectl's loading rules: ``kubeconfig_paths``), or neither (offline)."""
+class ClusterOption:
+    """A cluster a command reads: its own kubeconfig file (``option``), else a context of the
+    kubeconfig kubectl would read (``kubeconfig_paths``), else the current one; ``plan`` treats
+    neither file nor context as offline."""
 
     file: Path | None
     context: str | None
@@ -185,22 +186,26 @@ class PlanCluster:
         return self.file is not None or self.context is not None
 
     def kube(self, kubeconfig: Path | None) -> Kube | None:
-        """The cluster once it answers (else an error naming the option), or None if unset."""
+        """``connect``, or None when neither a file nor a context is set (``plan``: offline)."""
+        return self.connect(kubeconfig) if self else None
+
+    def connect(self, kubeconfig: Path | None) -> Kube:
+        """The cluster once it answers, else an error naming the option (the current context
+        when none is set)."""
         from klutch_gitops.kube.client import Kube, api_client
         from klutch_gitops.preflight import reach_cluster
 
-        if not self:
-            return None
         paths = (
             [self.file] if self.file else [p for p in kubeconfig_paths(kubeconfig) if p.is_file()]
         )
-        what = self.option if self.file else f"--context {self.context}"
+        what = self.option if self.file else f"--context {self.context or '(current)'}"
         if not paths:
             raise KlutchError(
                 f"{what}: no kubeconfig at {kubeconfig_source(kubeconfig)}",
                 "pass --kubeconfig FILE, or set $KUBECONFIG",
             )
-        name = self.context or current_context(self.file or kubeconfig)
+        # a file of its own names its current context itself (read by api_client)
+        name = self.context or (None if self.file else current_context(kubeconfig))
         if len(paths) == 1:
             reach_cluster(paths[0], what, name)
             return Kube(api_client(paths[0], name))

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from klutch_gitops import __version__
 from klutch_gitops.bind.cli import app as bind_app
 from klutch_gitops.cli import app as gitops_app
-from klutch_gitops.cli_options import PlanCluster, current_context, kubeconfig_paths
+from klutch_gitops.cli_options import ClusterOption, current_context, kubeconfig_paths
 from klutch_gitops.errors import KlutchError
 
 APPS = {"klutch-gitops": gitops_app, "klutch-bind": bind_app}
@@ -219,9 +219,9 @@ def test_a_plan_context_without_any_kubeconfig_names_where_it_looked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "a") + os.pathsep + str(tmp_path / "b"))
-    cluster = PlanCluster(None, "cp", "--control-plane-kubeconfig")
-    assert not PlanCluster(None, None, "--app-kubeconfig")
-    assert PlanCluster(None, None, "--app-kubeconfig").kube(None) is None  # offline
+    cluster = ClusterOption(None, "cp", "--control-plane-kubeconfig")
+    assert not ClusterOption(None, None, "--app-kubeconfig")
+    assert ClusterOption(None, None, "--app-kubeconfig").kube(None) is None  # offline
     with pytest.raises(KlutchError, match=r"--context cp: no kubeconfig at \$KUBECONFIG") as raised:
         cluster.kube(None)
     assert "--kubeconfig FILE" in raised.value.fix
