@@ -8,16 +8,21 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from bind_api.config import parse_bind_api_config
 from klutch_gitops.config_file import parse_config
 from klutch_gitops.errors import KlutchError
+from klutch_gitops.models.bind_api import BindApiConfig
+from klutch_gitops.models.binding import RepositoryBindingSpec
+from klutch_gitops.models.reconciler import ReconcilerConfig
 from klutch_gitops.models.types import (
     DURATION_MAX_LENGTH,
     POSITIVE_DURATION_PATTERN,
     parse_duration,
 )
 from klutch_gitops.repository_config import from_repository_binding
+from tests.unit.test_schemas import reachable
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "catalog" / "crds" / "gitops.klutch.anynines.com_repositorybindings.yaml"
@@ -209,3 +214,15 @@ def test_bind_api_defaults_and_an_empty_browser(tmp_path: Path) -> None:
         "cluster",
         50,
     )
+
+
+@pytest.mark.parametrize("model", [ReconcilerConfig, BindApiConfig, RepositoryBindingSpec])
+def test_every_field_is_described(model: type[BaseModel]) -> None:
+    """The descriptions become the schemas' and the CRD's documentation (kubectl explain)."""
+    undescribed = [
+        f"{each.__name__}.{name}"
+        for each in reachable(model)
+        for name, field in each.model_fields.items()
+        if not field.description or "\n" in field.description
+    ]
+    assert undescribed == []
