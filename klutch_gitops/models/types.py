@@ -59,23 +59,19 @@ def problems(found: list[Rule]) -> PydanticCustomError:
     return PydanticCustomError("klutch_many", "{message}", {"message": text, "problems": found})
 
 
-def model_config(*, extra: str = "forbid") -> ConfigDict:
-    """Strict: no string becomes a boolean or a number; unknown keys are refused."""
-    return ConfigDict(
+class Strict(BaseModel):
+    """The base of every config model: no string becomes a boolean or a number, unknown keys are
+    refused, and fields are read by their camelCase names."""
+
+    model_config = ConfigDict(
         strict=True,
-        extra=extra,  # type: ignore[typeddict-item]
+        extra="forbid",
         frozen=True,
         alias_generator=to_camel,
         validate_by_alias=True,
         validate_by_name=False,
         serialize_by_alias=True,
     )
-
-
-class Strict(BaseModel):
-    """The base of every config model."""
-
-    model_config = model_config()
 
     @model_validator(mode="wrap")
     @classmethod
