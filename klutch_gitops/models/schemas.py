@@ -32,7 +32,7 @@ SCHEMAS = ROOT / "schemas"
 CRD_NAME = "gitops.klutch.anynines.com_repositorybindings.yaml"
 CRD_FILES = (ROOT / "catalog" / "crds" / CRD_NAME, ROOT / "charts/klutch-gitops/crds" / CRD_NAME)
 VALUES_SCHEMA = ROOT / "charts/klutch-gitops/values.schema.json"
-BASE_URL = "https://github.com/anynines/klutch-gitops/raw/main/schemas/"
+BASE_URL = "https://raw.githubusercontent.com/anynines/klutch-gitops/main/schemas/"
 # What the chart's reconciler-config.yaml template sets itself, so its values may not.
 CHART_OWNED = {
     "controlPlane": "set by the chart (controlPlane.*)",
