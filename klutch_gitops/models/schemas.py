@@ -1,7 +1,7 @@
 """Write every schema the models define, or with ``--check`` fail naming the files that drifted:
 
 - ``schemas/reconciler-config.schema.json``, ``schemas/bind-api-config.schema.json`` and
-  ``schemas/repositorybinding-spec.schema.json`` (JSON Schema 2020-12, for editors:
+  ``schemas/repositorybinding-spec.schema.json`` (JSON Schema draft-07, for editors:
   ``# yaml-language-server: $schema=…``);
 - the RepositoryBinding CRD's ``openAPIV3Schema.properties.spec``, in ``catalog/crds`` and the
   chart's copy (structural, ``models.structural``);
@@ -46,13 +46,18 @@ SPEC_START, SPEC_END = "            spec:\n", "            status:\n"
 
 
 def json_schema(model: type[BaseModel], name: str) -> dict[str, Any]:
-    """The editors' JSON Schema of ``model``."""
-    schema = without_titles(model.model_json_schema(by_alias=True))
+    """The editors' JSON Schema of ``model``: draft-07, the newest that yaml-language-server (VS
+    Code's YAML extension, and others built on it) validates with."""
+    schema = without_titles(
+        model.model_json_schema(by_alias=True, ref_template="#/definitions/{model}")
+    )
+    definitions = schema.pop("$defs", {})
     return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$schema": "http://json-schema.org/draft-07/schema#",
         "$id": BASE_URL + name,
         "title": model.__name__,
         **schema,
+        **({"definitions": definitions} if definitions else {}),
     }
 
 

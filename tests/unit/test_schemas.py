@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from jsonschema import Draft202012Validator
+from jsonschema import Draft7Validator
 from pydantic import BaseModel
 
 from klutch_gitops.config_file import parse_config
@@ -29,10 +29,12 @@ ROOT = schemas.ROOT
 EXAMPLES = ROOT / "examples"
 
 
-def validator(name: str) -> Draft202012Validator:
+def validator(name: str) -> Draft7Validator:
+    """The published schema's validator: draft-07, what yaml-language-server speaks."""
     schema = json.loads((ROOT / "schemas" / name).read_text())
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+    Draft7Validator.check_schema(schema)
+    return Draft7Validator(schema)
 
 
 def schema_errors(name: str, document: Any) -> list[str]:
