@@ -193,6 +193,26 @@ CASES = {
         1,
         "cannot read --git-password-file /nope",
     ),
+    "a token on argv": (
+        lambda t: ["status", DEAD, "--token", "eyJ.secret.sig"],
+        2,
+        "--token is gone: a token on the command line is visible to every user",
+    ),
+    "--token-file missing": (
+        lambda t: ["status", DEAD, "--token-file", "/nope"],
+        1,
+        "cannot read --token-file /nope",
+    ),
+    "no URL and no login remembered": (
+        lambda t: ["status", "--context", "kind-app"],
+        1,
+        "no bind API URL remembered for kubectl context kind-app",
+    ),
+    "unbind with three arguments": (
+        lambda t: ["unbind", DEAD, "a", "b", *token_args(t, "not-used")],
+        2,
+        "expected [URL] CONSUMER, got 3 arguments",
+    ),
     "negative --timeout": (
         lambda t: ["unbind", DEAD, "c", *token_args(t, "not-used"), "--timeout", "-1"],
         2,
