@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -54,3 +58,32 @@ def render(values: Iterable[Path] = (), **options: Any) -> list[dict[str, Any]]:
     result = template(values, **options)
     assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+# The Gateway API release whose standard HTTPRoute CRD the dry run installs: the newest the local
+# Go toolchain can download (v1.7.0 needs go 1.27).
+GATEWAY_API = "sigs.k8s.io/gateway-api@v1.6.0"
+
+
+def gateway_api_crd(kind: str = "httproutes") -> dict[str, Any]:
+    """The Gateway API's standard CRD of ``kind``, from its upstream release as the Go module
+    proxy serves it (config/crd/standard/ of the module), downloaded into the module cache once;
+    a test failure that says why when it cannot be fetched."""
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    result = subprocess.run(
+        [go, "mod", "download", "-json", GATEWAY_API],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        cwd=tempfile.gettempdir(),  # outside any module
+        env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"},
+    )
+    if result.returncode != 0:
+        pytest.fail(
+            f"cannot fetch {GATEWAY_API} for its HTTPRoute CRD: {result.stdout}{result.stderr}",
+            pytrace=False,
+        )
+    directory = Path(json.loads(result.stdout)["Dir"])
+    path = directory / "config" / "crd" / "standard" / f"gateway.networking.k8s.io_{kind}.yaml"
+    return yaml.safe_load(path.read_text())

@@ -1,7 +1,8 @@
 """charts/klutch-gitops on the real Control Plane: every value set passes a server-side dry run
-under the restricted Pod Security profile, and the least-privilege RBAC it grants is enough for the
-real bind API and reconciler code to bind, reconcile, renew a token, sync a platform repository
-and unbind."""
+under the restricted Pod Security profile (its Ingresses and PodDisruptionBudgets against the
+built-in APIs, its HTTPRoutes against the Gateway API's standard CRD from its upstream release),
+and the least-privilege RBAC it grants is enough for the real bind API and reconciler code to
+bind, reconcile, renew a token, sync a platform repository and unbind."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ from reconciler.manager import Reconciler
 from reconciler.sync.platform import PlatformSync
 from tests.conftest import TwinNamespace
 from tests.gitserver import GitServer
-from tests.helm import VALUE_SETS, render
+from tests.helm import VALUE_SETS, gateway_api_crd, render
 
 from .test_reconciler_modes import TEMPLATES
 
@@ -89,12 +90,15 @@ SERVICE_MONITOR_CRD = {
 
 @pytest.fixture(scope="module")
 def control_plane(clusters: dict[str, client.ApiClient]) -> Iterator[Kube]:
-    """The Control Plane with the bind kinds, the dev claim CRDs and a ServiceMonitor CRD."""
+    """The Control Plane with the bind kinds, the dev claim CRDs, a ServiceMonitor CRD and the
+    Gateway API's HTTPRoute CRD (as its release ships it, CEL validations included)."""
     api = clusters["control-plane"]
     install_crds(api, [*load_crds(cluster="control-plane"), *load_dev_claim_crds()])
-    install_crds(api, [SERVICE_MONITOR_CRD])
+    http_route = gateway_api_crd("httproutes")
+    install_crds(api, [SERVICE_MONITOR_CRD, http_route])
     yield Kube(api)
-    Kube(api).delete(CRDS, None, SERVICE_MONITOR_CRD["metadata"]["name"])
+    for crd in (SERVICE_MONITOR_CRD, http_route):
+        Kube(api).delete(CRDS, None, crd["metadata"]["name"])
 
 
 def kubectl(stack: StackInfo, docs: list[dict], *args: str) -> subprocess.CompletedProcess[str]:
@@ -146,6 +150,22 @@ def test_every_value_set_passes_a_server_side_dry_run(
     ] = True
     result = dry_run(stack, [deployment])
     assert 'would violate PodSecurity "restricted:latest"' in result.stderr
+
+
+def test_the_http_route_crd_validates_the_routes(
+    namespace: TwinNamespace, stack: StackInfo, control_plane: Kube
+) -> None:
+    """The routes pass the CRD's schema, and the schema is live: a path without its leading
+    slash is refused (the CRD's pattern on HTTPPathMatch.value)."""
+    docs = render([VALUE_SETS["gateway"]], namespace=namespace.name)
+    routes = [doc for doc in docs if doc["kind"] == "HTTPRoute"]
+    assert len(routes) == 2
+    result = dry_run(stack, routes)
+    assert result.returncode == 0, result.stderr
+    routes[0]["spec"]["rules"][0]["matches"][0]["path"]["value"] = "webhooks"
+    result = dry_run(stack, routes[:1])
+    assert result.returncode != 0
+    assert "spec.rules[0].matches[0].path" in result.stderr, result.stderr
 
 
 def ca_pem(stack: StackInfo) -> str:
