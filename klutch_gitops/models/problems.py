@@ -26,6 +26,8 @@ REQUIRED_FIXES = {
     "consumerNamespace": "name the consumer namespace on the Control Plane",
     "appNamespaces": "list the App Cluster namespaces this repository may write to",
     "kubeconfig": "name the service's own kubeconfig file (its identity is never a Secret)",
+    "appCluster": "name a kubeconfig file or a Secret holding one",
+    "controlPlane": "name a kubeconfig file or a Secret holding one",
     "issuer": "set oidc.issuer to the OIDC provider's https issuer URL",
     "audiences": "list the OIDC client IDs whose tokens the bind API accepts",
     "clientId": "set the OIDC client ID of the bind API",
@@ -33,6 +35,11 @@ REQUIRED_FIXES = {
     "externalURL": "set the URL browsers reach the bind API at, e.g. https://bind.example.com",
     "name": "set a name",
     "key": "name the key inside the Secret",
+}
+# The same for the top level of a file.
+TOP_LEVEL_FIXES = {
+    "controlPlane": "set controlPlane: {kubeconfig: FILE}, the service's own kubeconfig",
+    "oidc": "set oidc: {issuer: https://…, audiences: [CLIENT_ID]}",
 }
 
 
@@ -97,7 +104,8 @@ def describe(detail: Mapping[str, Any], model: type[BaseModel]) -> tuple[str, st
     if kind == "klutch":
         return ctx["message"], ctx["fix"]
     if kind == "missing":
-        return "is required", REQUIRED_FIXES.get(key, f"set {key}")
+        fixes = TOP_LEVEL_FIXES if len(detail["loc"]) == 1 else REQUIRED_FIXES
+        return "is required", fixes.get(key, REQUIRED_FIXES.get(key, f"set {key}"))
     if kind == "extra_forbidden":
         return "unknown field", unknown_field_fix(model, tuple(detail["loc"]))
     if kind in TYPE_ERRORS:

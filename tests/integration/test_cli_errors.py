@@ -89,7 +89,7 @@ def test_a_wrong_log_level_lists_the_choices(tmp_path: Path, command: list[str])
         ("directory", ["config.yaml: Is a directory", "--config"]),
         ("not-yaml", ["config.yaml: not valid YAML: line ", "fix the YAML syntax"]),
         ("binary", ["config.yaml is not UTF-8 text", "--config"]),
-        ("no-control-plane", ["config.yaml", "controlPlane: needs kubeconfig"]),
+        ("no-control-plane", ["config.yaml", "controlPlane: is required", "{kubeconfig: FILE}"]),
     ],
 )
 def test_a_broken_config_file(tmp_path: Path, setup: str, needles: list[str]) -> None:
