@@ -56,7 +56,7 @@ def build(out: Path) -> list[Path]:
                 capture_output=True,
                 text=True,
                 check=False,
-                env={**os.environ, "SOURCE_DATE_EPOCH": source_date_epoch()},
+                env={**os.environ, **source_date_epoch()},
             )
             if result.returncode != 0:
                 raise KlutchError(
@@ -68,18 +68,20 @@ def build(out: Path) -> list[Path]:
     return built
 
 
-def source_date_epoch() -> str:
-    """The last commit's time: wheels of the same tree get the same bytes (their entries' times
-    come from SOURCE_DATE_EPOCH when it is set), so do the archives that carry them."""
+def source_date_epoch() -> dict[str, str]:
+    """SOURCE_DATE_EPOCH as the last commit's time, unless set: wheels of the same tree get the
+    same bytes (their entries' times come from it), so do the archives that carry them. Outside
+    a Git checkout, nothing (the files' own times; zip cannot store the epoch's 1970)."""
     if "SOURCE_DATE_EPOCH" in os.environ:
-        return os.environ["SOURCE_DATE_EPOCH"]
+        return {}
     result = subprocess.run(
         ["git", "-C", str(ROOT), "log", "-1", "--format=%ct"],
         capture_output=True,
         text=True,
         check=False,
     )
-    return result.stdout.strip() if result.returncode == 0 and result.stdout.strip() else "0"
+    stamp = result.stdout.strip() if result.returncode == 0 else ""
+    return {"SOURCE_DATE_EPOCH": stamp} if stamp else {}
 
 
 def launcher(release: str) -> bytes:
