@@ -5,6 +5,7 @@ template` renders it, and each typo refused by values.schema.json naming the key
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -237,6 +238,8 @@ def test_without_rbac_the_chart_grants_nothing_and_names_the_service_accounts() 
         (["reconciler.env[0].name=X"], "additional properties 'env' not allowed"),
         (["reconciler.podSecurityContext.runAsUsr=1"], "'runAsUsr' not allowed"),
         (["bindApi.securityContext.privileged=yes"], "/bindApi/securityContext/privileged"),
+        (["reconciler.securityContext.seccompProfile.typ=RuntimeDefault"], "'typ' not allowed"),
+        (["bindApi.extraEnvFrom[0].secretRef.nam=proxy"], "/bindApi/extraEnvFrom/0/secretRef"),
         (["image.registry=https://ghcr.io"], "/image/registry"),
         (["global.imageRegistry=5"], "/global/imageRegistry"),
         (["rbac.create=maybe"], "/rbac/create"),
@@ -258,3 +261,42 @@ def test_the_schema_refuses_mistyped_new_values(settings: list[str], where: str)
     assert result.returncode != 0, f"accepted: {settings}"
     assert "values don't meet the specifications of the schema" in result.stderr
     assert where in result.stderr, result.stderr
+
+
+NEW_VALUES = (
+    "logLevel",
+    "extraArgs",
+    "extraEnv",
+    "extraEnvFrom",
+    "topologySpreadConstraints",
+    "podSecurityContext",
+    "securityContext",
+    "podDisruptionBudget",
+    "ingress",
+    "httpRoute",
+)
+
+
+def loose_objects(schema: dict, where: str) -> list[str]:
+    """Paths of object schemas below ``schema`` that would take any key."""
+    found = []
+    if schema.get("type") == "object" and "additionalProperties" not in schema:
+        found.append(where)
+    for name, child in schema.get("properties", {}).items():
+        found += loose_objects(child, f"{where}/{name}")
+    if isinstance(schema.get("items"), dict):
+        found += loose_objects(schema["items"], f"{where}/items")
+    return found
+
+
+def test_every_new_value_is_typed_and_closed() -> None:
+    """A typo anywhere in the new values is refused: every object in their schema closes its
+    keys (additionalProperties false, or typed values for maps such as annotations)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    loose = loose_objects(schema["rbac"], "/rbac") + loose_objects(schema["image"], "/image")
+    for component in ("reconciler", "bindApi"):
+        for name in NEW_VALUES:
+            value = schema[component]["properties"][name]
+            assert value.get("type") or value.get("enum"), f"/{component}/{name} is untyped"
+            loose += loose_objects(value, f"/{component}/{name}")
+    assert loose == []
