@@ -44,7 +44,9 @@ from klutch_gitops.kube.client import Kube
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = dist.version()
 SERVER_ONLY = ("fastapi", "uvicorn", "psycopg", "gitpython", "watchfiles", "jinja2")
-KREW_VERSION = "v0.4.5"
+# The newest krew release is v0.4.5, but the Go module proxy answers 403 ("This module version is
+# not available") for it; v0.4.4 installs the same manifests (apiVersion v1alpha2).
+KREW_VERSION = "v0.4.4"
 
 
 @dataclass(frozen=True)
