@@ -15,6 +15,7 @@ plugin archive and manifest of ``kubectl klutch-bind``.
 from __future__ import annotations
 
 import argparse
+import ast
 import gzip
 import hashlib
 import io
@@ -36,6 +37,14 @@ KREW = ROOT / "packaging" / "krew"
 LOCK = ROOT / "requirements.lock"
 # The archive's entries carry this time, not the build's: the same inputs give the same bytes.
 ARCHIVE_MTIME = 0
+
+
+FIRST_PARTY = ("klutch_gitops", "reconciler", "bind_api")
+# What the laptop commands (klutch-bind, the light klutch-gitops ones) import: the whole source
+# closure of these, and these others at module level only (their server commands import lazily).
+# Everything they reach must import with the base dependencies alone.
+LAPTOP_CLOSURES = ("klutch_gitops.bind.cli", "klutch_gitops.inspect.commands")
+LAPTOP_MODULES = ("klutch_gitops.cli",)
 
 
 def version(project: Path = ROOT) -> str:
@@ -129,6 +138,69 @@ def release(out: Path) -> list[Path]:
     wheels = [path for path in built if path.suffix == ".whl"]
     archive = krew_archive(wheels, out)
     return [*built, archive, krew_manifest(archive, out)]
+
+
+def imports_of(module: str) -> set[str]:
+    """Every first-party module ``module`` imports, at any depth of its code, except under
+    ``if TYPE_CHECKING:``; ``from a import b`` names both ``a`` and ``a.b``."""
+    path = module_path(module)
+    if path is None:
+        raise KlutchError(
+            f"no source file for the module {module}", "name a module of the checkout"
+        )
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            origin = node.module or ""
+            if node.level:  # relative: from the package, up level - 1
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                origin = ".".join([*parent, *([node.module] if node.module else [])])
+            found |= {origin} | {f"{origin}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.split(".")[0] in FIRST_PARTY}
+
+
+def module_path(module: str) -> Path | None:
+    """The module's source file in the checkout; None for a name that is no module (``from
+    package import function`` names ``package.function`` too)."""
+    base_path = ROOT.joinpath(*module.split("."))
+    for path in (base_path.with_suffix(".py"), base_path / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def reached(start: str) -> set[str]:
+    """``start`` and every first-party module it imports, directly or not, with their packages."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        module = todo.pop()
+        if module in seen or module_path(module) is None:
+            continue
+        seen.add(module)
+        parts = module.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        todo += imports_of(module)
+    return seen
+
+
+def laptop_modules() -> list[str]:
+    """Every first-party module the laptop commands can import, sorted."""
+    reachable = {module for start in LAPTOP_CLOSURES for module in reached(start)}
+    return sorted(reachable | set(LAPTOP_MODULES))
 
 
 def main(argv: list[str] | None = None) -> None:

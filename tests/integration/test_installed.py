@@ -179,6 +179,9 @@ def test_klutch_bind_installs_without_the_server(laptop: Venv) -> None:
     assert [name for name in SERVER_ONLY if name in installed] == []
     where = laptop.run("python", "-c", "import klutch_gitops; print(klutch_gitops.__file__)")
     assert where.stdout.startswith(str(laptop.path)), where.stdout
+    # Every module the laptop commands reach, their lazy imports included, imports here.
+    script = "import importlib, sys\nfor name in sys.argv[1:]: importlib.import_module(name)\n"
+    laptop.run("python", "-c", script, *dist.laptop_modules())
 
 
 def test_every_catalog_reader_finds_its_files_installed(laptop: Venv) -> None:

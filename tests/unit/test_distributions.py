@@ -17,7 +17,6 @@ kubernetes-sigs/krew.
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import subprocess
@@ -42,7 +41,7 @@ from klutch_gitops.errors import KlutchError
 ROOT = Path(__file__).resolve().parents[2]
 ROOT_PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 BIND_PROJECT = tomllib.loads((ROOT / "packaging/klutch-bind/pyproject.toml").read_text())
-FIRST_PARTY = ("klutch_gitops", "reconciler", "bind_api")
+FIRST_PARTY = dist.FIRST_PARTY
 # The contract of issue 18: none of these may reach a laptop.
 SERVER_ONLY = {
     "fastapi",
@@ -55,10 +54,6 @@ SERVER_ONLY = {
     "prometheus-client",
     "python-multipart",
 }
-# What the laptop commands start from: the whole source closure of these...
-LAPTOP_CLOSURES = ("klutch_gitops.bind.cli", "klutch_gitops.inspect.commands")
-# ...and these at module level (their commands that need the server import it lazily).
-LAPTOP_MODULES = ("klutch_gitops.cli",)
 # Imported only because they happen to be installed here, and done without on a laptop:
 # httpx/__init__.py imports its own CLI (httpx/_main.py, the `cli` extra) when click is there;
 # kubernetes/config/kube_config.py tries `import google.auth`, which fails but leaves the `google`
@@ -186,65 +181,11 @@ def test_every_requirement_has_a_lower_bound_the_lock_satisfies() -> None:
     assert missing == set(), "regenerate requirements.lock (its header says how)"
 
 
-def imports_of(module: str) -> set[str]:
-    """Every first-party module ``module`` imports, at any depth of its code, except under
-    ``if TYPE_CHECKING:``; ``from a import b`` names both ``a`` and ``a.b``."""
-    path = module_path(module)
-    assert path is not None, module
-    tree = ast.parse(path.read_text(), str(path))
-    typing_only = {
-        id(inner)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for statement in node.body
-        for inner in ast.walk(statement)
-    }
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            origin = node.module or ""
-            if node.level:  # relative: from the package, up level - 1
-                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
-                origin = ".".join([*parent, *([node.module] if node.module else [])])
-            found |= {origin} | {f"{origin}.{alias.name}" for alias in node.names}
-    return {name for name in found if name.split(".")[0] in FIRST_PARTY}
-
-
-def module_path(module: str) -> Path | None:
-    """The module's source file in the checkout; None for a name that is no module (``from
-    package import function`` names ``package.function`` too)."""
-    base_path = ROOT.joinpath(*module.split("."))
-    for path in (base_path.with_suffix(".py"), base_path / "__init__.py"):
-        if path.is_file():
-            return path
-    return None
-
-
-def reached(start: str) -> set[str]:
-    """``start`` and every first-party module it imports, directly or not, with their packages."""
-    seen: set[str] = set()
-    todo = [start]
-    while todo:
-        module = todo.pop()
-        if module in seen or module_path(module) is None:
-            continue
-        seen.add(module)
-        parts = module.split(".")
-        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
-        todo += imports_of(module)
-    return seen
-
-
 def test_the_closure_follows_nested_and_relative_imports() -> None:
-    modules = reached("klutch_gitops.bind.cli")
+    modules = dist.reached("klutch_gitops.bind.cli")
     assert {"klutch_gitops.bind.client", "klutch_gitops.kube.client", "klutch_gitops"} <= modules
     assert not any(m.startswith(("reconciler", "bind_api")) for m in modules)
-    assert "reconciler.manager" in reached("klutch_gitops.cli")  # `run` imports it lazily
+    assert "reconciler.manager" in dist.reached("klutch_gitops.cli")  # `run` imports it lazily
 
 
 def loaded_distributions(modules: list[str]) -> set[str]:
@@ -269,7 +210,7 @@ def loaded_distributions(modules: list[str]) -> set[str]:
 
 
 def test_the_laptop_commands_import_only_the_base() -> None:
-    modules = sorted({m for start in LAPTOP_CLOSURES for m in reached(start)} | set(LAPTOP_MODULES))
+    modules = dist.laptop_modules()
     loaded = loaded_distributions(modules)
     server_only = closure([*base(), *server()]) - closure(base())
     assert {"kubernetes", "typer", "pydantic"} <= loaded  # it saw the imports
