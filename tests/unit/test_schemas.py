@@ -236,3 +236,23 @@ def test_helm_refuses_a_typo_and_a_wrong_type_in_the_reconciler_config() -> None
     assert "/reconciler/config/workers" in wrong.stderr, wrong.stderr
     good = template([VALUE_SETS["default"]], set_values=["reconciler.config.pollInterval=1m30s"])
     assert good.returncode == 0, good.stderr
+
+
+def test_the_chart_takes_the_example_config_less_its_own_keys(tmp_path: Path) -> None:
+    """Every field of examples/reconciler.yaml that the chart does not set passes the chart's
+    schema, and the rendered config passes the model."""
+    config = yaml.safe_load((EXAMPLES / "reconciler.yaml").read_text())
+    for key in schemas.CHART_OWNED:
+        del config[key]
+    del config["leaderElection"]["namespace"]
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"reconciler": {"config": config}}))
+    result = template([VALUE_SETS["default"], values])
+    assert result.returncode == 0, result.stderr
+    [config_map] = [
+        doc
+        for doc in yaml.safe_load_all(result.stdout)
+        if doc and doc["kind"] == "ConfigMap" and "reconciler.yaml" in doc.get("data", {})
+    ]
+    rendered = parse_config(config_map["data"]["reconciler.yaml"], "reconciler.yaml", tmp_path)
+    assert [r.name for r in rendered.repositories] == ["team-a", "team-b"]
