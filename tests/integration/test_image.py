@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import shutil
 import time
 import tomllib
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from klutch_gitops.dev.image import build, runtime, spec
+from klutch_gitops.dev.image import build, rootfs, runtime, spec, wheels
 
 VERSION = tomllib.loads((spec.ROOT / "pyproject.toml").read_text())["project"]["version"]
 # What the image must hold beyond `version`: the server extra and the catalog the reconciler
@@ -62,26 +63,46 @@ def check_layout(layout: Path) -> dict[str, Any]:
     return config
 
 
+def check_with_skopeo(layout: Path, manifest_digest: str, docker_archive: Path) -> None:
+    """The push tool the README names reads the layout by its tag (containers/image's oci
+    transport) and copies it, checking every blob it reads, into a docker-archive."""
+    skopeo = rootfs.ensure_tool("skopeo", "skopeo")
+    source = f"oci:{layout}:{VERSION}"
+    inspected = rootfs.run([skopeo, "inspect", source], "skopeo inspect")
+    assert json.loads(inspected.stdout)["Digest"] == manifest_digest
+    target = f"docker-archive:{docker_archive}:{spec.REGISTRY_REPOSITORY}:{VERSION}"
+    rootfs.run([skopeo, "copy", "--quiet", source, target], "skopeo copy")
+    assert docker_archive.stat().st_size > 0
+
+
 @pytest.mark.timeout(1500)  # a cold build: mmdebstrap and every wheel downloaded, then twice
-def test_the_built_image_starts_and_prints_its_version(tmp_path: Path) -> None:
+def test_the_built_image_starts_and_prints_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both builds from one copy of the sources and one epoch: others may edit and commit in the
+    # checkout meanwhile, and the layer must then be the same bytes.
+    tree = tmp_path / "tree"
+    shutil.copytree(spec.ROOT, tree, ignore=wheels.NOT_COPIED, symlinks=True)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(spec.source_date_epoch()))
     started = time.monotonic()
-    first = build.build(tmp_path / "layout", archive=tmp_path / "image.tar")
+    first = build.build(tmp_path / "layout", archive=tmp_path / "image.tar", tree=tree)
     first_seconds = time.monotonic() - started
     started = time.monotonic()
-    second = build.build(tmp_path / "again")
+    second = build.build(tmp_path / "again", tree=tree)
     second_seconds = time.monotonic() - started
     base = "made by mmdebstrap" if first.base_made else "cached"
     print(f"\nimage build: first {first_seconds:.0f}s (base {base}), second {second_seconds:.0f}s")
     for step, seconds in first.seconds.items():
-        print(f"  {step:<36} {seconds:6.1f}s / {second.seconds[step]:6.1f}s")
+        print(f"  {step:<36} {seconds:6.1f}s / {second.seconds.get(step, 0):6.1f}s")
     layer = first.image.layer
     print(f"  layer {layer.size / 2**20:.0f} MiB gzip, {layer.entries} entries")
     assert not second.base_made
-    assert second.image.manifest_digest == first.image.manifest_digest  # reproducible
+    assert second.image.layer == first.image.layer  # reproducible: digests, size, entries
 
     config = check_layout(tmp_path / "layout")
     assert config["config"]["Entrypoint"] == list(spec.ENTRYPOINT)
     assert config["config"]["User"] == spec.USER
+    check_with_skopeo(tmp_path / "layout", first.image.manifest_digest, tmp_path / "docker.tar")
 
     root = tmp_path / "rootfs"
     unpacked = runtime.unpack(tmp_path / "layout", root)

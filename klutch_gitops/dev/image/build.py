@@ -63,11 +63,11 @@ def rootfs_python(root: Path) -> str:
     return version
 
 
-def install(root: Path, scratch: Path, python: str, platform: spec.Platform, epoch: int) -> None:
+def install(root: Path, scratch: Path, tree: Path, platform: spec.Platform, epoch: int) -> None:
     """Stages the wheels, the lock and install.sh in the root filesystem and runs install.sh."""
     staging = root / STAGING
-    shutil.copytree(wheels.locked_wheels(python, platform), staging / "wheels")
-    wheels.project_wheel(staging / "wheels", scratch)
+    shutil.copytree(wheels.locked_wheels(rootfs_python(root), platform), staging / "wheels")
+    wheels.project_wheel(staging / "wheels", scratch, tree)
     shutil.copy2(spec.LOCK_FILE, staging / "requirements.lock")
     shutil.copy2(spec.INSTALL_SCRIPT, staging / "install.sh")
     env = {
@@ -91,9 +91,11 @@ def build(
     reference: str | None = None,
     archive: Path | None = None,
     refresh: bool = False,
+    tree: Path = spec.ROOT,
     on_step: Callable[[str], None] = lambda step: None,
 ) -> Built:
-    """Builds the image into the OCI image layout ``out`` (and ``archive``, if given)."""
+    """Builds the image into the OCI image layout ``out`` (and ``archive``, if given), with the
+    project's wheel built from ``tree`` (the checkout; a copy of it, to hold it still)."""
     if os.geteuid() != 0:
         raise KlutchError(
             "the daemonless image build runs mmdebstrap and chroot, which need root",
@@ -114,7 +116,7 @@ def build(
         with timed(seconds, "unpack the base", on_step):
             rootfs.extract(base, root)
         with timed(seconds, "wheels and install (chroot)", on_step):
-            install(root, Path(scratch), rootfs_python(root), platform, epoch)
+            install(root, Path(scratch), tree, platform, epoch)
         with timed(seconds, "layer and OCI layout", on_step):
             image = write_layout(root, out, reference, platform, epoch)
     if archive is not None:

@@ -65,26 +65,26 @@ def base_key(packages: list[str], platform: spec.Platform) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def ensure_mmdebstrap() -> str:
-    """The mmdebstrap command, installed from Debian's packages when missing (as the Makefile's
+def ensure_tool(command: str, package: str) -> str:
+    """``command``'s path, installing Debian's ``package`` when it is missing (as the Makefile's
     debian-packages target installs the stack's)."""
-    if found := shutil.which("mmdebstrap"):
+    if found := shutil.which(command):
         return found
     if not shutil.which("apt-get"):
         raise KlutchError(
-            "mmdebstrap is not installed and this is not a Debian-based system",
-            "build with the Dockerfile where Docker runs, or install mmdebstrap (Debian, Ubuntu)",
+            f"{command} is not installed and this is not a Debian-based system",
+            f"build with the Dockerfile where Docker runs, or install {package} (Debian, Ubuntu)",
         )
     sudo = [] if os.geteuid() == 0 else ["sudo"]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (
+    for step in (
         ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "mmdebstrap"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
     ):
-        run([*sudo, *command], "installing mmdebstrap", env=env)
-    if found := shutil.which("mmdebstrap"):
+        run([*sudo, *step], f"installing {package}", env=env)
+    if found := shutil.which(command):
         return found
-    raise KlutchError("apt-get installed mmdebstrap but it is not on PATH", "check $PATH")
+    raise KlutchError(f"apt-get installed {package} but {command} is not on PATH", "check $PATH")
 
 
 def host_apt_options() -> list[str]:
@@ -128,7 +128,7 @@ def base_tarball(platform: spec.Platform, *, refresh: bool = False) -> tuple[Pat
     tarball = directory / "rootfs.tar"
     if tarball.exists() and not refresh:
         return tarball, False
-    mmdebstrap = ensure_mmdebstrap()
+    mmdebstrap = ensure_tool("mmdebstrap", "mmdebstrap")
     directory.mkdir(parents=True, exist_ok=True)
     partial = directory / "rootfs.tar.partial"
     command = mmdebstrap_command(mmdebstrap, packages, platform, partial)

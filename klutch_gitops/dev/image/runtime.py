@@ -55,6 +55,21 @@ def user_ids(root: Path, user: str) -> tuple[int, int]:
     return int(uid), int(gid or uid)
 
 
+# What a runtime gives a container before it starts it (runc's default mounts): /proc of its PID
+# namespace and a small /dev of its own with the usual character devices and /dev/shm; the
+# mounts belong to the mount namespace and vanish with it.
+MOUNTS = """
+root=$1; shift
+mount -t proc proc "$root/proc"
+mount -t tmpfs -o mode=755,nosuid tmpfs "$root/dev"
+for node in null zero full random urandom tty; do
+  touch "$root/dev/$node" && mount --bind "/dev/$node" "$root/dev/$node"
+done
+mkdir "$root/dev/shm" && mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/dev/shm"
+exec chroot "$@"
+"""
+
+
 def start(
     root: Path,
     config: dict[str, Any],
@@ -68,11 +83,7 @@ def start(
     uid, gid = user_ids(root, settings.get("User") or "0")
     env = dict(entry.split("=", 1) for entry in settings.get("Env", []))
     command = [
-        "unshare",
-        "--mount",
-        "--pid",
-        "--fork",
-        "chroot",
+        *("unshare", "--mount", "--pid", "--fork", "sh", "-c", MOUNTS, "sh", str(root)),
         f"--userspec={uid}:{gid}",
         f"--groups={gid}",
         str(root),

@@ -77,12 +77,12 @@ NOT_COPIED = shutil.ignore_patterns(
 )
 
 
-def project_wheel(into: Path, scratch: Path) -> Path:
-    """Builds the checkout's wheel (``pip wheel --no-deps``) into ``into``, from a copy of the
-    working tree in ``scratch`` (uncommitted changes included)."""
+def project_wheel(into: Path, scratch: Path, tree: Path = spec.ROOT) -> Path:
+    """Builds the wheel of ``tree`` (the checkout, uncommitted changes included) with ``pip
+    wheel --no-deps`` into ``into``, from a copy of it in ``scratch``."""
     into.mkdir(parents=True, exist_ok=True)
     source = scratch / "source"
-    shutil.copytree(spec.ROOT, source, ignore=NOT_COPIED, symlinks=True)
+    shutil.copytree(tree, source, ignore=NOT_COPIED, symlinks=True)
     command = [
         sys.executable,
         "-m",
