@@ -103,3 +103,11 @@ def test_browser_flow_problems_are_reported_with_the_rest(tmp_path: Path) -> Non
         "browser.extra: unknown field",
     ):
         assert expected in text, expected
+
+
+def test_the_documented_example_config_is_valid() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "bind-api.yaml"
+    config = parse_bind_api_config(example.read_text(), str(example), example.parent)
+    assert config.browser is not None
+    assert config.browser.session_namespace == "klutch-system"
+    assert config.tls_cert == Path("/etc/klutch-gitops/tls/tls.crt")
