@@ -124,11 +124,14 @@ def sha256(path: Path) -> str:
 
 
 def krew_manifest(archive: Path, out: Path) -> Path:
-    """``out/klutch-bind.yaml``: the template with this version and the archive's sha256."""
-    text = (KREW / "klutch-bind.yaml").read_text()
-    rendered = text.replace("${VERSION}", version()).replace("${SHA256}", sha256(archive))
+    """``out/klutch-bind.yaml``: the template with this version and the archive's sha256; its
+    leading comments, about the template, give way to one line naming the archive."""
+    lines = (KREW / "klutch-bind.yaml").read_text().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#"))
+    body = "".join(lines[first:])
+    rendered = body.replace("${VERSION}", version()).replace("${SHA256}", sha256(archive))
     manifest = out / "klutch-bind.yaml"
-    manifest.write_text(rendered)
+    manifest.write_text(f"# From packaging/krew/klutch-bind.yaml for {archive.name}\n{rendered}")
     return manifest
 
 
@@ -204,7 +207,11 @@ def laptop_modules() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m klutch_gitops.dev.dist", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m klutch_gitops.dev.dist",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "dist", help="where to write (dist/)")
     args = parser.parse_args(argv)
     started = time.monotonic()
