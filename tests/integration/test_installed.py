@@ -174,6 +174,7 @@ def test_the_sdists_build_the_same_wheels(release: Release) -> None:
 def test_klutch_bind_installs_without_the_server(laptop: Venv) -> None:
     assert VERSION in laptop.run("klutch-bind", "--version").stdout
     assert VERSION in laptop.run("kubectl-klutch_bind", "--version").stdout
+    assert VERSION in laptop.run("klutch-gitops", "version").stdout  # the light commands work too
     installed = laptop.distributions()
     assert {"klutch-bind", "klutch-gitops", "kubernetes", "pydantic"} <= installed
     assert [name for name in SERVER_ONLY if name in installed] == []
@@ -199,7 +200,7 @@ def test_every_catalog_reader_finds_its_files_installed(laptop: Venv) -> None:
     assert [line for line in lines if not line.startswith(f"True {laptop.path}")] == []
 
 
-def test_a_server_command_on_a_laptop_names_the_extra(laptop: Venv, tmp_path: Path) -> None:
+def test_a_server_command_on_a_laptop_names_the_extra(laptop: Venv) -> None:
     (laptop.home / "config.yaml").write_text("repositories: []\n")
     result = laptop.run("klutch-gitops", "run", "--once", "--config", "config.yaml", check=False)
     assert result.returncode != 0
