@@ -49,13 +49,22 @@ LAPTOP_MODULES = ("klutch_gitops.cli",)
 
 def version(project: Path = ROOT) -> str:
     """The version in a project's pyproject.toml."""
-    return tomllib.loads((project / "pyproject.toml").read_text())["project"]["version"]
+    path = project / "pyproject.toml"
+    if not path.is_file():  # an installed copy carries the code, not the projects
+        raise KlutchError(f"{path} is missing", "build from a source checkout of klutch-gitops")
+    return tomllib.loads(path.read_text())["project"]["version"]
 
 
 def build(out: Path) -> list[Path]:
     """Wheel and sdist of every distribution into ``out``, replacing older ones of the same
     name (the wheel is built from the sdist, as ``python -m build`` does, so a file missing from
     the sdist fails here)."""
+    versions = {str(project.relative_to(ROOT)): version(project) for project in PROJECTS}
+    if len(set(versions.values())) != 1:
+        raise KlutchError(
+            f"the distributions' versions differ: {versions}",
+            "give packaging/klutch-bind/pyproject.toml the root's version and its pin",
+        )
     out.mkdir(parents=True, exist_ok=True)
     built: list[Path] = []
     for project in PROJECTS:
