@@ -27,6 +27,7 @@ from klutch_gitops.console import err, out
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.oidc_client import DEFAULT_SCOPES, discover, http_client, unverified_claims
 
+DEFAULT_CLIENT_ID = "klutch-bind"  # the CLI's public client, as the local stack's Dex registers it
 LOGIN_EXAMPLE = (
     "e.g. klutch-bind login https://bind.example.com --issuer https://dex.example.com "
     "--client-id klutch-bind"
@@ -112,8 +113,9 @@ def _wanted_login(
     kubeconfig: Path | None,
     context: str | None,
 ) -> contexts.Login:
-    """The flags, completed by what is remembered for the kubectl context (same URL only). An
-    empty ``url`` in the answer means: log in without remembering anything."""
+    """The flags, completed by what is remembered for the kubectl context (same URL only), the
+    client by default the CLI's usual one. An empty ``url`` in the answer means: log in without
+    remembering anything."""
     name = contexts.NO_CONTEXT
     if url or not (issuer and client_id):
         name = contexts.kubectl_context(kubeconfig, context)
@@ -122,12 +124,12 @@ def _wanted_login(
             url = known.url
             issuer, client_id = issuer or known.issuer, client_id or known.client_id
             ca, api_ca = ca or known.ca, api_ca or known.api_ca
-    if not (issuer and client_id):
+    if not issuer:
         raise KlutchError(
-            f"login needs --issuer and --client-id: nothing is remembered for "
-            f"{contexts.describe(name)}",
+            f"login needs --issuer: nothing is remembered for {contexts.describe(name)}",
             LOGIN_EXAMPLE,
         )
+    client_id = client_id or DEFAULT_CLIENT_ID
     return contexts.Login(name, url or "", issuer, client_id, ca, api_ca)
 
 

@@ -145,9 +145,11 @@ def test_login_completes_its_flags_from_the_remembered_login(home: Path) -> None
     assert other == contexts.Login("kind-app", "https://new", ISSUER, "cli")
     bare = _wanted_login(None, ISSUER, "cli", None, None, None, None)
     assert bare.url == ""  # logs in, remembers nothing (the URL is unknown)
-    with pytest.raises(KlutchError, match="needs --issuer and --client-id") as raised:
-        _wanted_login(URL, None, None, None, None, None, "prod")
+    with pytest.raises(KlutchError, match="needs --issuer") as raised:
+        _wanted_login(URL, None, "cli", None, None, None, "prod")
     assert "kubectl context prod" in raised.value.message
+    first = _wanted_login(URL, ISSUER, None, None, None, None, "prod")
+    assert first == contexts.Login("prod", URL, ISSUER, "klutch-bind")  # the CLI's usual client
 
 
 def test_config_view_shows_the_logins_and_marks_the_current_context(home: Path) -> None:
