@@ -11,15 +11,15 @@ SETUP  := $(VENV)/.setup-done
 DEBIAN_PACKAGES := slapd postgresql redis-server
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debian-packages bins run down status test unit integration chaos security bench lint format clean
+.PHONY: setup debian-packages bins run down status test unit integration chaos security bench lint format dist clean
 
-$(SETUP): pyproject.toml
+$(SETUP): pyproject.toml packaging/klutch-bind/pyproject.toml requirements.lock
 	@test -x /usr/sbin/slapd && test -x /usr/bin/redis-server \
 		&& ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 \
 		|| $(MAKE) --no-print-directory debian-packages
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[server,dev]' -e packaging/klutch-bind
 	touch $@
 
 setup: $(SETUP)
@@ -59,6 +59,9 @@ security: bins         ## the adversarial tier alone: a hostile tenant against t
 bench: bins            ## reconciler benchmarks on a dedicated local stack (bench/README.md)
 	$(BIN)/python -m bench.reconciler
 
+dist: setup            ## wheels and sdists of klutch-gitops and klutch-bind, the krew archive and manifest, into dist/
+	$(BIN)/python -m klutch_gitops.dev.dist --out dist
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -68,4 +71,4 @@ format: setup
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info dist

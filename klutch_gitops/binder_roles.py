@@ -10,15 +10,15 @@ An existing one is left as it is: Helm owns the chart's copy.
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from klutch_gitops.catalog import CATALOG_DIR
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import Kube, KubeError, Resource
 
-ROLE_FILE = Path(__file__).resolve().parents[1] / "catalog" / "rbac" / "binder-roles.yaml"
+ROLE_FILE = CATALOG_DIR / "rbac" / "binder-roles.yaml"
 CLUSTER_ROLES = Resource(
     "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False
 )

@@ -23,6 +23,7 @@ from klutch_gitops.console import err, out, run_cli
 from klutch_gitops.dev.cli import dev
 from klutch_gitops.errors import explain
 from klutch_gitops.inspect import commands as inspect_commands
+from klutch_gitops.server_extra import require_server
 
 if TYPE_CHECKING:
     from klutch_gitops.config import Config
@@ -71,6 +72,7 @@ def run(
     log_level: LogLevelOption = LogLevel.info,
 ) -> None:
     """The main job: mirror claims from Git into the clusters and write status back to Git."""
+    require_server("run")
     from klutch_gitops import logs
     from reconciler.manager import Reconciler
 
@@ -119,6 +121,7 @@ def bind_api(
     log_level: LogLevelOption = LogLevel.info,
 ) -> None:
     """The bind API: OIDC-authenticated bindings of App Clusters and repositories."""
+    require_server("bind-api")
     from bind_api.config import load_bind_api_config
     from bind_api.server import serve
     from klutch_gitops import logs, preflight
@@ -182,6 +185,7 @@ def local_provider(
 ) -> None:
     """LocalDatabase, LocalUser, LocalBackup and LocalRestore on a PostgreSQL server, cluster-scoped
     and namespaced (Crossplane 2)."""
+    require_server("local-provider")
     from klutch_gitops import logs, preflight
     from klutch_gitops.config import SecretRef
     from klutch_gitops.dev.local_provider.provider import LocalProvider, bootstrap, serve_health
@@ -299,6 +303,7 @@ def plan(
     Without --config, --control-plane-kubeconfig or --context it checks offline against the
     catalog.
     """
+    require_server("plan")
     from klutch_gitops.errors import KlutchError
     from reconciler.review.plan_io import Target, config_targets, run_plan
     from reconciler.review.plan_render import render_json, render_markdown

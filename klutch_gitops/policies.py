@@ -7,16 +7,16 @@ so the Control Plane refuses what no tenant may write, whoever sends it.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client
 
+from klutch_gitops.catalog import CATALOG_DIR
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import Kube, KubeError, Resource
 
-POLICY_DIR = Path(__file__).resolve().parents[1] / "catalog" / "policies"
+POLICY_DIR = CATALOG_DIR / "policies"
 _GROUP = "admissionregistration.k8s.io"
 RESOURCES = {
     "ValidatingAdmissionPolicy": Resource(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -16,9 +15,10 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
+from klutch_gitops.catalog import CATALOG_DIR
 from klutch_gitops.errors import KlutchError
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "catalog" / "crds"
+CRD_DIR = CATALOG_DIR / "crds"
 DEV_CLAIM_CRDS = CRD_DIR.parent / "dev" / "claim-crds.yaml"
 
 # The App Cluster only holds the bindings; everything else lives on the Control Plane.

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from klutch_gitops.catalog import CATALOG_DIR
 from klutch_gitops.kube import conditions
 from klutch_gitops.kube.client import Resource
 
@@ -43,7 +44,7 @@ DEFAULT_PROVIDER_CONFIG = "default"
 CONNECTION_SECRET_TYPE = "connection.crossplane.io/v1alpha1"  # noqa: S105 - a type name
 MAX_IDENTIFIER_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1; longer names are silently cut
 OWNER_SUFFIX = "_owner"
-CRD_DIR = Path(__file__).resolve().parents[3] / "catalog" / "provider"
+CRD_DIR = CATALOG_DIR / "provider"
 NAMESPACED_CRD_DIR = CRD_DIR / "namespaced"
 
 
