@@ -11,7 +11,7 @@ SETUP  := $(VENV)/.setup-done
 DEBIAN_PACKAGES := slapd postgresql redis-server
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debian-packages bins run down status test unit integration chaos security bench lint format dist clean
+.PHONY: setup debian-packages bins run down status test unit integration chaos security bench lint format dist chart clean
 
 $(SETUP): pyproject.toml packaging/klutch-bind/pyproject.toml requirements.lock
 	@test -x /usr/sbin/slapd && test -x /usr/bin/redis-server \
@@ -61,6 +61,11 @@ bench: bins            ## reconciler benchmarks on a dedicated local stack (benc
 
 dist: setup            ## wheels and sdists of klutch-gitops and klutch-bind, the krew archive and manifest, into dist/
 	$(BIN)/python -m klutch_gitops.dev.dist --out dist
+
+chart: bins            ## helm package charts/klutch-gitops into dist/ (push: charts/klutch-gitops/README.md)
+	@mkdir -p dist
+	"$$($(BIN)/python -c 'from klutch_gitops.dev.localstack import binaries; print(binaries.require("helm")["helm"])')" \
+		package charts/klutch-gitops --destination dist/
 
 lint: setup
 	$(BIN)/ruff check .
