@@ -44,13 +44,12 @@ def template(
     set_values: Iterable[str] = (),
     namespace: str = "klutch",
     release: str = "klutch",
-    include_crds: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     args = ["template", release, str(CHART), "--namespace", namespace]
     args += ["--kube-version", KUBE_VERSION]
     args += [arg for path in values for arg in ("--values", str(path))]
     args += [arg for value in set_values for arg in ("--set", value)]
-    return helm(*args, *(["--include-crds"] if include_crds else []))
+    return helm(*args)
 
 
 def render(values: Iterable[Path] = (), **options: Any) -> list[dict[str, Any]]:

@@ -30,7 +30,10 @@ from klutch_gitops.models.structural import inline, structural, without_titles
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
 CRD_NAME = "gitops.klutch.anynines.com_repositorybindings.yaml"
-CRD_FILES = (ROOT / "catalog" / "crds" / CRD_NAME, ROOT / "charts/klutch-gitops/crds" / CRD_NAME)
+CRD_FILES = (
+    ROOT / "catalog" / "crds" / CRD_NAME,
+    ROOT / "charts/klutch-gitops/files/crds" / CRD_NAME,  # the chart's templates/crds.yaml
+)
 VALUES_SCHEMA = ROOT / "charts/klutch-gitops/values.schema.json"
 BASE_URL = "https://raw.githubusercontent.com/anynines/klutch-gitops/main/schemas/"
 # What the chart's reconciler-config.yaml template sets itself, so its values may not.

@@ -136,7 +136,7 @@ def test_every_value_set_passes_a_server_side_dry_run(
     name: str, namespace: TwinNamespace, stack: StackInfo, control_plane: Kube
 ) -> None:
     restricted(namespace)
-    docs = render([VALUE_SETS[name]], namespace=namespace.name, include_crds=True)
+    docs = render([VALUE_SETS[name]], namespace=namespace.name)
     result = dry_run(stack, docs)
     assert result.returncode == 0, result.stderr
     assert "PodSecurity" not in result.stderr, result.stderr

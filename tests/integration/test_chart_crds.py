@@ -1,17 +1,24 @@
-"""The chart's CRD upgrade path on the real Control Plane, with real helm: Helm creates `crds/`
-on install with field manager `helm` (helm.sh/helm/v3 pkg/action/install.go installCRDs ->
-pkg/kube/client.go Create, whose manager is getManagedFieldsManager(): the binary's name) and never
-updates them; the reconciler server-side applies its CRDs at every start without forcing
-(klutch_gitops/kube/crds.py install_crds). So a release that changes a CRD conflicts with Helm's
-ownership, which the chart README's command resolves, and `--skip-crds` leaves the reconciler sole
-owner, creating them with no more than the chart's RBAC grants (create and patch by name: a
-server-side apply that creates authorizes `create` with the object's name, k8s.io/apiserver
-pkg/endpoints/handlers/patch.go createAuthorizerAttributes). A stand-in CRD of a unique group
-plays the chart's CRDs, which other tests share."""
+"""The chart's CRDs on the real Control Plane, with real helm (v3, `make bins`): templates/crds.yaml
+renders files/crds/, so `helm install` creates and `helm upgrade` patches them with field manager
+`helm` (helm.sh/helm/v3 pkg/kube/client.go Update and createPatch: a three-way patch, manager
+getManagedFieldsManager(), the binary's name), CRDs first (pkg/releaseutil/kind_sorter.go
+InstallOrder), and `helm uninstall` keeps them (pkg/action/resource_policy.go
+filterManifestsToKeep; an upgrade that drops them, pkg/kube/client.go Update, reads the live
+annotation). The reconciler server-side applies its CRDs at every start without forcing
+(klutch_gitops/kube/crds.py install_crds): an apply whose values equal Helm's shares the fields
+instead of conflicting (sigs.k8s.io/structured-merge-diff/v6 merge/update.go Updater.update: a
+conflict is another manager's field the apply modifies or adds), so a reconciler agrees with the
+CRDs of its own release. With `crds.install=false` it is the sole owner, creating them with no
+more than the chart's RBAC grants (create and patch by name: a server-side apply that creates
+authorizes `create` with the object's name, k8s.io/apiserver pkg/endpoints/handlers/patch.go
+createAuthorizerAttributes). A stand-in chart of a unique group (the real template and helpers
+over a stand-in CRD) plays the chart, whose CRDs other tests share."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,10 +35,13 @@ from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import CRDS, Kube, Resource, api_client
 from klutch_gitops.kube.crds import install_crds
 from tests.conftest import TwinNamespace
-from tests.helm import VALUE_SETS, render
+from tests.helm import CHART, VALUE_SETS, render
 
 V1_PATTERN = "^[0-9]+$"
 V2_PATTERN = "^[0-9]+(Mi|Gi)$"  # a release that tightens a field, as 0.2.0 does durations
+# What of klutch-gitops the stand-in chart takes: its CRD template and the helpers it includes.
+TEMPLATES = ("crds.yaml", "_helpers.tpl")
+VALUES = {"crds": {"install": True}, "nameOverride": "", "fullnameOverride": "", "commonLabels": {}}
 
 
 def widget_crd(group: str, pattern: str) -> dict[str, Any]:
@@ -62,28 +72,44 @@ def widget_crd(group: str, pattern: str) -> dict[str, Any]:
     }
 
 
-def chart(directory: Path, crd: dict[str, Any], version: str) -> Path:
-    """A chart whose crds/ holds ``crd``, as klutch-gitops' holds its CRDs."""
-    (directory / "crds").mkdir(parents=True)
-    (directory / "templates").mkdir()
+def chart(directory: Path, crd: dict[str, Any], version: str, *, templated: bool = True) -> Path:
+    """A chart holding ``crd`` as klutch-gitops 0.2.0 does (the real templates/crds.yaml and
+    _helpers.tpl over files/crds/), or, not ``templated``, in crds/ as 0.1.0 did."""
+    (directory / "templates").mkdir(parents=True)
     (directory / "Chart.yaml").write_text(
         yaml.safe_dump({"apiVersion": "v2", "name": "widgets", "version": version})
     )
-    (directory / "crds" / "widgets.yaml").write_text(yaml.safe_dump(crd))
+    folder = directory / ("files/crds" if templated else "crds")
+    folder.mkdir(parents=True)
+    (folder / "widgets.yaml").write_text(yaml.safe_dump(crd))
+    if templated:
+        for name in TEMPLATES:
+            shutil.copy(CHART / "templates" / name, directory / "templates" / name)
+        (directory / "values.yaml").write_text(yaml.safe_dump(VALUES))
     return directory
 
 
-def run(stack: StackInfo, tool: str, *args: str, stdin: str | None = None) -> str:
+def call(stack: StackInfo, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``tool`` (helm, kubectl) run against the Control Plane."""
     program = binaries.require(tool)[tool]
     kubeconfig = stack.clusters["control-plane"].kubeconfig
-    result = subprocess.run(
+    return subprocess.run(
         [str(program), "--kubeconfig", kubeconfig, *args],
-        input=stdin,
         capture_output=True,
         text=True,
         check=False,
         timeout=120,
     )
+
+
+def attempt(stack: StackInfo, tool: str, *args: str) -> str:
+    """Its stderr when the command fails, else an empty string."""
+    result = call(stack, tool, *args)
+    return result.stderr if result.returncode else ""
+
+
+def run(stack: StackInfo, tool: str, *args: str) -> str:
+    result = call(stack, tool, *args)
     assert result.returncode == 0, f"{tool} {' '.join(args)}: {result.stderr}"
     return result.stdout
 
@@ -166,7 +192,13 @@ def managers(api: client.ApiClient, group: str) -> set[str]:
     return {entry["manager"] for entry in crd["metadata"]["managedFields"]}
 
 
-def test_helm_created_crds_need_the_readmes_apply_before_an_upgrade(
+def helm_fields(api: client.ApiClient, group: str) -> dict[str, Any]:
+    crd = Kube(api).get(CRDS, None, f"widgets.{group}")
+    assert crd is not None
+    return crd["metadata"]
+
+
+def test_helm_upgrades_the_templated_crds_and_the_reconciler_agrees(
     stack: StackInfo,
     clusters: dict[str, client.ApiClient],
     namespace: TwinNamespace,
@@ -176,34 +208,37 @@ def test_helm_created_crds_need_the_readmes_apply_before_an_upgrade(
     api = clusters["control-plane"]
     old = chart(tmp_path / "old", widget_crd(group, V1_PATTERN), "0.1.0")
     new = chart(tmp_path / "new", widget_crd(group, V2_PATTERN), "0.2.0")
+    name = f"widgets.{group}"
+    started = time.monotonic()
     run(stack, "helm", "install", "widgets", str(old), "-n", namespace.name, "--wait")
+    identity = as_reconciler(stack, Kube(api), namespace.name, name, tmp_path)
     try:
-        assert "helm" in managers(api, group)
-        install_crds(api, [widget_crd(group, V1_PATTERN)])  # the old reconciler: same values
-        # helm upgrade leaves crds/ alone; the new reconciler's apply meets Helm's ownership.
-        run(stack, "helm", "upgrade", "widgets", str(new), "-n", namespace.name)
-        assert live_pattern(api, group) == V1_PATTERN
-        with pytest.raises(KlutchError) as refused:
-            install_crds(api, [widget_crd(group, V2_PATTERN)])
-        assert "was not applied" in refused.value.message
-        assert '"helm"' in refused.value.message, refused.value.message
-        # The chart README's step before `helm upgrade` (`helm show crds <chart>`).
-        crds = run(stack, "helm", "show", "crds", str(new))
+        assert helm_fields(api, group)["annotations"]["helm.sh/resource-policy"] == "keep"
+        with identity as reconciler:
+            install_crds(reconciler, [widget_crd(group, V1_PATTERN)])  # its first start
+            run(stack, "helm", "upgrade", "widgets", str(new), "-n", namespace.name)
+            assert live_pattern(api, group) == V2_PATTERN  # Helm updated it
+            install_crds(reconciler, [widget_crd(group, V2_PATTERN)])  # the new Pod's start
+            assert live_pattern(api, group) == V2_PATTERN
+            assert managers(api, group) >= {"helm", "klutch-gitops"}
+            # An old replica restarting now meets Helm's newer field: it stops with the cause.
+            with pytest.raises(KlutchError) as refused:
+                install_crds(reconciler, [widget_crd(group, V1_PATTERN)])
+            assert '"helm"' in refused.value.message, refused.value.message
+        # Turning crds.install off later removes them from the release, not from the cluster.
         run(
             stack,
-            "kubectl",
-            *("apply", "--server-side", "--force-conflicts", "--field-manager=klutch-gitops"),
-            *("-f", "-"),
-            stdin=crds,
+            "helm",
+            *("upgrade", "widgets", str(new), "-n", namespace.name, "--set", "crds.install=false"),
         )
-        install_crds(api, [widget_crd(group, V2_PATTERN)])  # the new reconciler starts
         assert live_pattern(api, group) == V2_PATTERN
     finally:
         run(stack, "helm", "uninstall", "widgets", "-n", namespace.name)
-    assert live_pattern(api, group) == V2_PATTERN  # Helm never deletes crds/
+    assert live_pattern(api, group) == V2_PATTERN  # helm.sh/resource-policy: keep
+    print(f"install, upgrade, upgrade without CRDs, uninstall: {time.monotonic() - started:.1f}s")
 
 
-def test_with_skip_crds_the_reconciler_owns_and_upgrades_them(
+def test_without_crds_install_the_reconciler_creates_and_upgrades_them(
     stack: StackInfo,
     clusters: dict[str, client.ApiClient],
     namespace: TwinNamespace,
@@ -212,7 +247,17 @@ def test_with_skip_crds_the_reconciler_owns_and_upgrades_them(
 ) -> None:
     api = clusters["control-plane"]
     old = chart(tmp_path / "old", widget_crd(group, V1_PATTERN), "0.1.0")
-    run(stack, "helm", "install", "widgets", str(old), "-n", namespace.name, "--skip-crds")
+    run(
+        stack,
+        "helm",
+        "install",
+        "widgets",
+        str(old),
+        "-n",
+        namespace.name,
+        "--set",
+        "crds.install=false",
+    )
     identity = as_reconciler(stack, Kube(api), namespace.name, f"widgets.{group}", tmp_path)
     try:
         assert Kube(api).get(CRDS, None, f"widgets.{group}") is None
@@ -224,3 +269,51 @@ def test_with_skip_crds_the_reconciler_owns_and_upgrades_them(
         assert owners == {"klutch-gitops"}
     finally:
         run(stack, "helm", "uninstall", "widgets", "-n", namespace.name)
+
+
+def adopt(stack: StackInfo, crd: str, namespace: str) -> None:
+    """The README's labels and annotations that let Helm adopt an existing CRD."""
+    run(stack, "kubectl", "label", "crd", crd, "app.kubernetes.io/managed-by=Helm")
+    run(
+        stack,
+        "kubectl",
+        *("annotate", "crd", crd, "meta.helm.sh/release-name=widgets"),
+        f"meta.helm.sh/release-namespace={namespace}",
+    )
+
+
+@pytest.mark.parametrize("how", ["take-ownership", "labels"])
+def test_a_release_whose_crds_came_from_crds_dir_adopts_them(
+    how: str,
+    stack: StackInfo,
+    clusters: dict[str, client.ApiClient],
+    namespace: TwinNamespace,
+    group: str,
+    tmp_path: Path,
+) -> None:
+    """0.1.0 kept its CRDs in crds/, which Helm creates without its ownership labels: an upgrade
+    to the templates refuses them (helm.sh/helm/v3 pkg/action/validate.go
+    existingResourceConflict, checkOwnership) until `--take-ownership` adopts them
+    (requireAdoption) or they carry the release's labels and annotations."""
+    api = clusters["control-plane"]
+    old = chart(tmp_path / "old", widget_crd(group, V1_PATTERN), "0.1.0", templated=False)
+    new = chart(tmp_path / "new", widget_crd(group, V2_PATTERN), "0.2.0")
+    upgrade = ("upgrade", "widgets", str(new), "-n", namespace.name)
+    run(stack, "helm", "install", "widgets", str(old), "-n", namespace.name)
+    try:
+        refused = attempt(stack, "helm", *upgrade)
+        assert "exists and cannot be imported into the current release" in refused, refused
+        assert live_pattern(api, group) == V1_PATTERN
+        if how == "labels":
+            adopt(stack, f"widgets.{group}", namespace.name)
+            run(stack, "helm", *upgrade)
+        else:
+            run(stack, "helm", *upgrade, "--take-ownership")
+        assert live_pattern(api, group) == V2_PATTERN
+        meta = helm_fields(api, group)
+        assert meta["annotations"]["meta.helm.sh/release-name"] == "widgets"
+        assert meta["annotations"]["helm.sh/resource-policy"] == "keep"
+        install_crds(api, [widget_crd(group, V2_PATTERN)])  # the new reconciler agrees
+    finally:
+        run(stack, "helm", "uninstall", "widgets", "-n", namespace.name)
+    assert live_pattern(api, group) == V2_PATTERN

@@ -79,10 +79,14 @@ def test_every_object_is_named_labelled_and_in_the_release_namespace(
         "ClusterRoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "CustomResourceDefinition",
     }
     for doc in docs:
         meta = doc["metadata"]
-        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", meta["name"]), meta["name"]
+        label = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+        # A CRD is named <plural>.<group>, a DNS subdomain; every other name is one label.
+        name = rf"{label}(\.{label})*" if doc["kind"] == "CustomResourceDefinition" else label
+        assert re.fullmatch(name, meta["name"]), meta["name"]
         assert len(meta["name"]) <= 63
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
         assert meta.get("namespace") == (None if doc["kind"] in cluster_scoped else "klutch")
@@ -199,23 +203,24 @@ def test_only_a_platform_repository_brings_the_platform_kinds() -> None:
 
 
 def test_the_charts_crds_are_the_catalogs_control_plane_crds() -> None:
-    """Helm reads only files inside the chart, so crds/ holds copies: kept byte-identical here."""
+    """Helm reads only files inside the chart, so files/crds/ holds copies: kept byte-identical
+    here; templates/crds.yaml renders each of them."""
     wanted = {
         path.name
         for path in CRD_DIR.glob("*.yaml")
         if yaml.safe_load(path.read_text())["metadata"]["name"]
         in {crd["metadata"]["name"] for crd in load_crds(cluster="control-plane")}
     }
-    shipped = {path.name for path in (CHART / "crds").iterdir()}
-    assert shipped == wanted, "charts/klutch-gitops/crds/ must hold the Control Plane CRDs"
+    shipped = {path.name for path in (CHART / "files" / "crds").iterdir()}
+    assert shipped == wanted, "charts/klutch-gitops/files/crds/ must hold the Control Plane CRDs"
     for name in sorted(wanted):
-        assert (CHART / "crds" / name).read_bytes() == (CRD_DIR / name).read_bytes(), (
-            f"charts/klutch-gitops/crds/{name} differs from catalog/crds/{name}: "
-            f"cp catalog/crds/{name} charts/klutch-gitops/crds/"
+        assert (CHART / "files" / "crds" / name).read_bytes() == (CRD_DIR / name).read_bytes(), (
+            f"charts/klutch-gitops/files/crds/{name} differs from catalog/crds/{name}: "
+            f"cp catalog/crds/{name} charts/klutch-gitops/files/crds/"
         )
-    result = template([VALUE_SETS["default"]], include_crds=True)
-    kinds = [doc["kind"] for doc in yaml.safe_load_all(result.stdout) if doc]
-    assert kinds.count("CustomResourceDefinition") == len(wanted)
+    assert not (CHART / "crds").exists(), "crds/ is never upgraded by Helm: use files/crds/"
+    rendered = objects(render([VALUE_SETS["default"]]), "CustomResourceDefinition")
+    assert len(rendered) == len(wanted)
 
 
 def config_files(docs: list[dict], component: str) -> dict[str, str]:
@@ -453,6 +458,7 @@ def test_components_can_be_left_out() -> None:
     assert {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in docs} == {
         "bind-api",
         "binder",
+        "crds",
         "kubeconfig",
         "repositorybindings",
     }

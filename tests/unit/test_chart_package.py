@@ -40,7 +40,9 @@ def test_helm_package_makes_the_versioned_archive(tmp_path: Path) -> None:
         "klutch-gitops/values.schema.json",
         "klutch-gitops/README.md",
     } <= names
-    crds = {f"klutch-gitops/crds/{path.name}" for path in (CHART / "crds").glob("*.yaml")}
+    crds = {
+        f"klutch-gitops/files/crds/{path.name}" for path in (CHART / "files/crds").glob("*.yaml")
+    }
     assert crds
     assert crds <= names
     assert not [name for name in names if name.startswith("klutch-gitops/ci/")]
