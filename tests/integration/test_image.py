@@ -16,8 +16,11 @@ import gzip
 import hashlib
 import json
 import shutil
+import subprocess
 import time
 import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +66,36 @@ def check_layout(layout: Path) -> dict[str, Any]:
     return config
 
 
+def containerd(state: Path, cleanup: list[Callable[[], Any]]) -> list[str]:
+    """A containerd of this test's own (Debian's package, installed when missing) on a socket in
+    ``state``; returns the ``ctr`` command line for it. Its CRI plugin is off: nothing but ctr
+    talks to it."""
+    binary = rootfs.ensure_tool("containerd", "containerd")
+    socket = state / "containerd.sock"
+    (state / "config.toml").write_text(
+        f'version = 2\nroot = "{state}/root"\nstate = "{state}/state"\n'
+        f'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "{socket}"\n'
+    )
+    log = (state / "containerd.log").open("wb")
+    process = subprocess.Popen(
+        [binary, "--config", str(state / "config.toml")], stdout=log, stderr=subprocess.STDOUT
+    )
+
+    def stop() -> None:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+
+    cleanup.append(stop)
+    ctr = ["ctr", "--address", str(socket), "--namespace=k8s.io"]
+    deadline = time.monotonic() + 30
+    while subprocess.run([*ctr, "version"], capture_output=True, check=False).returncode != 0:
+        assert process.poll() is None, (state / "containerd.log").read_text()[-2000:]
+        assert time.monotonic() < deadline, "containerd did not answer within 30s"
+        time.sleep(0.2)
+    return ctr
+
+
 def check_with_skopeo(layout: Path, manifest_digest: str, docker_archive: Path) -> None:
     """The push tool the README names reads the layout by its tag (containers/image's oci
     transport) and copies it, checking every blob it reads, into a docker-archive."""
@@ -75,21 +108,28 @@ def check_with_skopeo(layout: Path, manifest_digest: str, docker_archive: Path) 
     assert docker_archive.stat().st_size > 0
 
 
-@pytest.mark.timeout(1500)  # a cold build: mmdebstrap and every wheel downloaded, then twice
-def test_the_built_image_starts_and_prints_its_version(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Both builds from one copy of the sources and one epoch: others may edit and commit in the
-    # checkout meanwhile, and the layer must then be the same bytes.
+@dataclass(frozen=True)
+class Builds:
+    layout: Path
+    archive: Path
+    first: build.Built
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory: pytest.TempPathFactory) -> Builds:
+    """The image built twice (the second with the cached base), timed; both from one copy of
+    the sources and one epoch, since others may edit and commit in the checkout meanwhile."""
+    tmp_path = tmp_path_factory.mktemp("image")
     tree = tmp_path / "tree"
     shutil.copytree(spec.ROOT, tree, ignore=wheels.NOT_COPIED, symlinks=True)
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(spec.source_date_epoch()))
-    started = time.monotonic()
-    first = build.build(tmp_path / "layout", archive=tmp_path / "image.tar", tree=tree)
-    first_seconds = time.monotonic() - started
-    started = time.monotonic()
-    second = build.build(tmp_path / "again", tree=tree)
-    second_seconds = time.monotonic() - started
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SOURCE_DATE_EPOCH", str(spec.source_date_epoch()))
+        started = time.monotonic()
+        first = build.build(tmp_path / "layout", archive=tmp_path / "image.tar", tree=tree)
+        first_seconds = time.monotonic() - started
+        started = time.monotonic()
+        second = build.build(tmp_path / "again", tree=tree)
+        second_seconds = time.monotonic() - started
     base = "made by mmdebstrap" if first.base_made else "cached"
     print(f"\nimage build: first {first_seconds:.0f}s (base {base}), second {second_seconds:.0f}s")
     for step, seconds in first.seconds.items():
@@ -98,14 +138,18 @@ def test_the_built_image_starts_and_prints_its_version(
     print(f"  layer {layer.size / 2**20:.0f} MiB gzip, {layer.entries} entries")
     assert not second.base_made
     assert second.image.layer == first.image.layer  # reproducible: digests, size, entries
+    return Builds(tmp_path / "layout", tmp_path / "image.tar", first)
 
-    config = check_layout(tmp_path / "layout")
+
+@pytest.mark.timeout(1500)  # a cold build: mmdebstrap and every wheel downloaded, then twice
+def test_the_built_image_starts_and_prints_its_version(builds: Builds, tmp_path: Path) -> None:
+    config = check_layout(builds.layout)
     assert config["config"]["Entrypoint"] == list(spec.ENTRYPOINT)
     assert config["config"]["User"] == spec.USER
-    check_with_skopeo(tmp_path / "layout", first.image.manifest_digest, tmp_path / "docker.tar")
+    check_with_skopeo(builds.layout, builds.first.image.manifest_digest, tmp_path / "docker.tar")
 
     root = tmp_path / "rootfs"
-    unpacked = runtime.unpack(tmp_path / "layout", root)
+    unpacked = runtime.unpack(builds.layout, root)
     result = runtime.start(root, unpacked, ["version"])
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1] == VERSION
@@ -115,3 +159,33 @@ def test_the_built_image_starts_and_prints_its_version(
     result = runtime.start(root, unpacked, [], entrypoint=python)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "server ok"
+
+
+@pytest.mark.timeout(1500)
+def test_containerd_loads_the_archive_as_kind_does_and_runs_it(
+    builds: Builds, tmp_path_factory: pytest.TempPathFactory, cleanup: list[Callable[[], Any]]
+) -> None:
+    """``kind load image-archive`` pipes the archive into ``ctr --namespace=k8s.io images import
+    -`` on the node (kubernetes-sigs/kind pkg/cluster/nodeutils/util.go ``LoadImageArchive``):
+    the same here against Debian's containerd, then the image runs under runc, the runtime of
+    kind's nodes, with its own entry point and user."""
+    ctr = containerd(tmp_path_factory.mktemp("ctrd"), cleanup)
+    with builds.archive.open("rb") as archive:
+        subprocess.run([*ctr, "images", "import", "-"], stdin=archive, check=True, timeout=300)
+    listed = subprocess.run(
+        [*ctr, "images", "ls", "-q"], capture_output=True, text=True, check=True
+    )
+    reference = builds.first.image.reference
+    assert reference in listed.stdout.split()
+    config = check_layout(builds.layout)["config"]
+    for name, args in (("version", ["version"]), ("user", None)):
+        command = [*config["Entrypoint"], *args] if args else ["id", "-u"]
+        ran = subprocess.run(
+            [*ctr, "run", "--rm", reference, f"klutch-{name}", *command],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.split()[-1] == (VERSION if args else spec.USER)
