@@ -144,6 +144,8 @@ def test_an_out_directory_that_is_not_a_layout_is_not_deleted(tmp_path: Path) ->
     with pytest.raises(KlutchError, match="is not an OCI image layout"):
         build.prepare_out(tmp_path / "mine")
     assert (tmp_path / "mine" / "notes.txt").exists()
+    with pytest.raises(KlutchError, match="is a file"):
+        build.prepare_out(tmp_path / "mine" / "notes.txt")
     root = small_root(tmp_path / "rootfs")
     write_layout(root, tmp_path / "layout", REFERENCE, AMD64, EPOCH)
     build.prepare_out(tmp_path / "layout")  # a previous layout is replaced

@@ -44,6 +44,8 @@ def timed(seconds: dict[str, float], step: str, on_step: Callable[[str], None]) 
 def prepare_out(out: Path) -> None:
     """An empty directory for the layout; a previous layout there is replaced, anything else is
     refused rather than deleted."""
+    if out.exists() and not out.is_dir():
+        raise KlutchError(f"--out {out} is a file", "pass --out a new or empty directory")
     if out.exists() and any(out.iterdir()):
         if not (out / "oci-layout").is_file():
             raise KlutchError(
