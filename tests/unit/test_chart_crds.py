@@ -57,6 +57,11 @@ def test_without_crds_install_none_render_and_the_reconciler_may_create_them() -
     assert reconciler_crd_rule(render(BASE)) == rule  # it applies them at start either way
 
 
+def test_the_value_sets_cover_both_ways() -> None:
+    assert crds(render([VALUE_SETS["no-rbac"]])) == {}
+    assert len(crds(render(BASE))) == len(load_crds(cluster="control-plane"))
+
+
 def test_common_labels_reach_the_crds() -> None:
     docs = render(BASE, set_values=["commonLabels.team=platform"])
     assert {crd["metadata"]["labels"]["team"] for crd in crds(docs).values()} == {"platform"}
