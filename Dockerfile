@@ -3,14 +3,15 @@
 #   with Docker:        docker build -t ghcr.io/anynines/klutch-gitops:0.1.0 .
 #   without a daemon:   klutch-gitops dev image build --out dist/image   (root, Debian/Ubuntu: an
 #                       OCI image layout from mmdebstrap and chroot; push it with skopeo or crane)
-# Both start from Debian bookworm slim, install the Debian packages of tools/image/packages.txt and
-# run tools/image/install.sh: a venv in /opt/klutch-gitops with klutch-gitops[server] from wheels,
-# pinned by requirements.lock (Python 3.11, bookworm's), and the user 10001.
+# Both start from Debian bookworm slim, install the Debian packages listed in
+# klutch_gitops/dev/image/packages.txt and run klutch_gitops/dev/image/install.sh: a venv in
+# /opt/klutch-gitops with klutch-gitops[server] from wheels pinned by requirements.lock (Python
+# 3.11, bookworm's), and the user 10001.
 # tests/unit/test_image_spec.py keeps this file and the daemonless build alike.
 ARG DEBIAN_IMAGE=debian:bookworm-slim
 FROM ${DEBIAN_IMAGE}
 
-COPY tools/image/packages.txt tools/image/install.sh /tmp/klutch-image/
+COPY klutch_gitops/dev/image/packages.txt klutch_gitops/dev/image/install.sh /tmp/klutch-image/
 RUN apt-get update \
  && sed 's/#.*//' /tmp/klutch-image/packages.txt \
     | DEBIAN_FRONTEND=noninteractive xargs apt-get install -y --no-install-recommends \

@@ -1,6 +1,6 @@
 """The Dockerfile and the daemonless build (``klutch-gitops dev image build``) make the same image:
-the same Debian suite and packages (one list, tools/image/packages.txt, read by both), the same
-install script, entry point, command, user, environment, ports and labels."""
+the same Debian suite and packages (one list, klutch_gitops/dev/image/packages.txt, read by both),
+the same install script, entry point, command, user, environment, ports and labels."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_the_dockerfile_starts_from_the_same_debian_suite() -> None:
 def test_both_paths_install_the_one_package_list() -> None:
     copies = " ".join(arguments("COPY"))
     runs = " ".join(arguments("RUN"))
-    assert "tools/image/packages.txt" in copies
+    assert "klutch_gitops/dev/image/packages.txt" in copies
     assert "xargs apt-get install -y --no-install-recommends" in runs
     assert "klutch-image/packages.txt" in runs
     command = rootfs.mmdebstrap_command("mmdebstrap", spec.packages(), AMD64, Path("out.tar"))
@@ -72,7 +72,7 @@ def test_both_paths_install_the_one_package_list() -> None:
 
 
 def test_both_paths_run_the_one_install_script_on_the_locked_wheels() -> None:
-    assert "tools/image/install.sh" in " ".join(arguments("COPY"))
+    assert "klutch_gitops/dev/image/install.sh" in " ".join(arguments("COPY"))
     [install] = [run for run in arguments("RUN") if "install.sh" in run]
     assert "requirements.lock" in install  # tests/unit/test_chart.py asks for it too
     assert "pip download --no-deps --only-binary=:all:" in install
@@ -99,6 +99,18 @@ def test_the_dockerfiles_labels_are_the_builds_fixed_ones() -> None:
     built = spec.labels("1.2.3", "abc", "2026-01-01T00:00:00Z")
     assert pairs("LABEL")
     assert {key: built[key] for key in pairs("LABEL")} == pairs("LABEL")
+
+
+def test_docker_build_sees_what_the_dockerfile_copies() -> None:
+    """.dockerignore admits only what the Dockerfile copies (everything else: ``*``)."""
+    admitted = [
+        line[1:].rstrip("/")
+        for line in (spec.ROOT / ".dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    ]
+    for args in arguments("COPY"):
+        for source in args.split()[:-1]:
+            assert any(source == a or source.startswith(a + "/") for a in admitted), source
 
 
 def test_the_dockerfile_copies_every_package_the_wheel_holds() -> None:

@@ -83,7 +83,7 @@ def install(root: Path, scratch: Path, tree: Path, platform: spec.Platform, epoc
     }
     script = INSTALL.format(staging=STAGING)
     command = ["unshare", "--mount", "--net", "--fork", "sh", "-c", script, "sh", str(root)]
-    rootfs.run(command, "tools/image/install.sh in the root filesystem", env=env)
+    rootfs.run(command, "install.sh in the root filesystem", env=env)
     shutil.rmtree(staging)
 
 

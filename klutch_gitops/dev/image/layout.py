@@ -74,7 +74,7 @@ def image_config(layer: Layer, platform: spec.Platform, epoch: int) -> dict[str,
             {
                 "created": created(epoch),
                 "created_by": (
-                    f"mmdebstrap --variant={spec.VARIANT} {spec.SUITE} + tools/image/install.sh "
+                    f"mmdebstrap --variant={spec.VARIANT} {spec.SUITE} + install.sh "
                     "(klutch-gitops dev image build)"
                 ),
             }

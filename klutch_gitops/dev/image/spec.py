@@ -1,7 +1,8 @@
 """What the image is: its Debian packages, entry point, user, environment and ports.
 
 The Dockerfile says the same things in its own syntax; tests/unit/test_image_spec.py holds the two
-together, and the package list is one file (``tools/image/packages.txt``) that both read.
+together. The package list (``packages.txt``) and ``install.sh`` sit beside this module, where the
+repository's .dockerignore lets ``docker build`` see them too, and both builds read them.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from pathlib import Path
 from klutch_gitops.errors import KlutchError
 
 ROOT = Path(__file__).resolve().parents[3]
-TOOLS = ROOT / "tools" / "image"
-PACKAGES_FILE = TOOLS / "packages.txt"
-INSTALL_SCRIPT = TOOLS / "install.sh"
+HERE = Path(__file__).resolve().parent
+PACKAGES_FILE = HERE / "packages.txt"
+INSTALL_SCRIPT = HERE / "install.sh"
 LOCK_FILE = ROOT / "requirements.lock"
 
 SUITE = "bookworm"  # Debian 12: python3 is 3.11, the Python requirements.lock is made for
@@ -39,7 +40,7 @@ REGISTRY_REPOSITORY = (
 
 
 def packages() -> list[str]:
-    """The Debian packages of ``tools/image/packages.txt``, in file order."""
+    """The Debian packages of ``packages.txt``, in file order."""
     names = []
     for number, line in enumerate(PACKAGES_FILE.read_text().splitlines(), 1):
         name = line.split("#", 1)[0].strip()
