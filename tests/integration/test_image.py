@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,7 @@ def containerd(state: Path, cleanup: list[Callable[[], Any]]) -> list[str]:
         process.terminate()
         process.wait(timeout=30)
         log.close()
+        shutil.rmtree(state / "root", ignore_errors=True)
 
     cleanup.append(stop)
     ctr = ["ctr", "--address", str(socket), "--namespace=k8s.io"]
@@ -116,7 +117,7 @@ class Builds:
 
 
 @pytest.fixture(scope="module")
-def builds(tmp_path_factory: pytest.TempPathFactory) -> Builds:
+def builds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Builds]:
     """The image built twice (the second with the cached base), timed; both from one copy of
     the sources and one epoch, since others may edit and commit in the checkout meanwhile."""
     tmp_path = tmp_path_factory.mktemp("image")
@@ -138,7 +139,8 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> Builds:
     print(f"  layer {layer.size / 2**20:.0f} MiB gzip, {layer.entries} entries")
     assert not second.base_made
     assert second.image.layer == first.image.layer  # reproducible: digests, size, entries
-    return Builds(tmp_path / "layout", tmp_path / "image.tar", first)
+    yield Builds(tmp_path / "layout", tmp_path / "image.tar", first)
+    shutil.rmtree(tmp_path)  # half a GiB; pytest keeps the last three runs' temporary folders
 
 
 @pytest.mark.timeout(1500)  # a cold build: mmdebstrap and every wheel downloaded, then twice
@@ -157,6 +159,7 @@ def test_the_built_image_starts_and_prints_its_version(builds: Builds, tmp_path:
 
     python = ["/opt/klutch-gitops/bin/python", "-c", SERVER_CHECK]
     result = runtime.start(root, unpacked, [], entrypoint=python)
+    shutil.rmtree(root)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "server ok"
 
