@@ -107,6 +107,7 @@ def check_with_skopeo(layout: Path, manifest_digest: str, docker_archive: Path) 
     target = f"docker-archive:{docker_archive}:{spec.REGISTRY_REPOSITORY}:{VERSION}"
     rootfs.run([skopeo, "copy", "--quiet", source, target], "skopeo copy")
     assert docker_archive.stat().st_size > 0
+    docker_archive.unlink()
 
 
 @dataclass(frozen=True)

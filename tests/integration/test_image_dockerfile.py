@@ -88,4 +88,5 @@ def test_the_dockerfile_builds_the_same_image(tmp_path: Path) -> None:
     finally:
         rootfs.run([*b, "rm", "--all"], "buildah rm")
         shutil.rmtree(storage, ignore_errors=True)
-        shutil.rmtree(tmp_path / "rootfs", ignore_errors=True)
+        for scratch in ("rootfs", "layout"):
+            shutil.rmtree(tmp_path / scratch, ignore_errors=True)
