@@ -11,7 +11,7 @@ SETUP  := $(VENV)/.setup-done
 DEBIAN_PACKAGES := slapd postgresql redis-server
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debian-packages bins run down status test unit integration chaos security bench lint format dist chart clean
+.PHONY: setup debian-packages bins run down status test unit integration chaos security bench lint format dist chart image kind-test runtimes-test clean
 
 $(SETUP): pyproject.toml packaging/klutch-bind/pyproject.toml requirements.lock
 	@test -x /usr/sbin/slapd && test -x /usr/bin/redis-server \
@@ -66,6 +66,15 @@ chart: bins            ## helm package charts/klutch-gitops into dist/ (push: ch
 	@mkdir -p dist
 	"$$($(BIN)/python -c 'from klutch_gitops.dev.localstack import binaries; print(binaries.require("helm")["helm"])')" \
 		package charts/klutch-gitops --destination dist/
+
+image: setup           ## the image as an OCI image layout in dist/image, without a Docker daemon (root; Debian/Ubuntu)
+	$(BIN)/klutch-gitops dev image build --out dist/image --archive dist/klutch-gitops-image.tar
+
+kind-test: bins        ## tools/kind/up.sh as a test: kind as Control Plane, image, chart, both Deployments Ready (needs Docker and kind; not in make test)
+	$(BIN)/pytest -m kind tests/kind
+
+runtimes-test: setup   ## the image in containerd (as kind loads it) and the Dockerfile under buildah (root; not in make test)
+	$(BIN)/pytest -m runtimes tests/runtimes
 
 lint: setup
 	$(BIN)/ruff check .

@@ -102,8 +102,24 @@ def cleanup() -> Iterator[list[Callable[[], Any]]]:
         step()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# Tiers a run takes only when its -m expression names them (`make kind-test`, `make
+# runtimes-test`): they need what CI and these machines lack (a Docker daemon) or minutes the
+# default tier keeps for promises no other test covers. Left out, not skipped.
+OPT_IN_TIERS = ("kind", "runtimes")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         tier = Path(item.fspath).parent.name
-        if tier in ("unit", "integration", "chaos", "security"):
+        if tier in ("unit", "integration", "chaos", "security", *OPT_IN_TIERS):
             item.add_marker(getattr(pytest.mark, tier))
+    asked = config.option.markexpr or ""
+    left_out = [
+        item
+        for item in items
+        if Path(item.fspath).parent.name in OPT_IN_TIERS
+        and Path(item.fspath).parent.name not in asked
+    ]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item not in left_out]
