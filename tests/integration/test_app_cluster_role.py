@@ -27,7 +27,7 @@ from klutch_gitops.bind.client import SERVICE_BINDINGS
 from klutch_gitops.dev.testkit.claims import POSTGRES, claim, is_ready, ready_status, write_status
 from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
 from klutch_gitops.dev.testkit.wait import eventually
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, KubeError, Resource
+from klutch_gitops.kube.client import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource
 from klutch_gitops.kube.crds import install_crds, load_crds
 from reconciler.sync.konnector import State
 
@@ -152,10 +152,12 @@ def forbidden(call: Callable[[], Any]) -> bool:
 
 
 @pytest.fixture
-def tenant(stack, clusters, tmp_path: Path, cleanup) -> Tenant:
-    """A tenant whose registration reaches the App Cluster only as the roles' ServiceAccount."""
+def tenant(stack, clusters, tmp_path: Path, cleanup, request: pytest.FixtureRequest) -> Tenant:
+    """A tenant whose registration reaches the App Cluster only as the roles' ServiceAccount;
+    ``appSync`` as the test's parameter says (default ``reconciler``)."""
     install_crds(clusters["app"], load_crds(cluster="app"))  # APIServiceBinding: watched too
-    world = make_tenant(stack, clusters, tmp_path, start=False)
+    app_sync = getattr(request, "param", "reconciler")
+    world = make_tenant(stack, clusters, tmp_path, start=False, app_sync=app_sync)
     sa = grant(world.app, world.namespace, cleanup)
     kubeconfig = tmp_path / "app-role.kubeconfig"
     kubeconfig.touch(mode=0o600)
@@ -200,9 +202,30 @@ def konnector_binding(tenant: Tenant, binder: Path, cleanup: list[Callable[[], A
             "spec": {"kubeconfigSecretRef": ref},
         },
     )
-    cleanup.append(lambda: app.delete(SERVICE_BINDINGS, None, API, propagation="Orphan"))
+    cleanup.append(lambda: unbind(app))
 
 
+def unbind(app: Kube) -> None:
+    """``kubectl delete apiservicebinding --cascade=orphan``, waited for: the next test's
+    binding has the same name, and the CRD it owns stays."""
+    app.delete(SERVICE_BINDINGS, None, API, propagation="Orphan")
+    eventually(lambda: app.get(SERVICE_BINDINGS, None, API) is None, "the binding gone")
+
+
+def tool_applies(tenant: Tenant, name: str) -> None:
+    """``appSync: external``: what Flux's kustomize-controller sends the App Cluster for the
+    claim on the remote's main (a server-side apply with its field manager and labels, as
+    tests/integration/test_external_sync.py plays it: fluxcd/kustomize-controller
+    internal/controller/kustomization_controller.go ``apply``, ``kstatus`` labels)."""
+    doc = yaml.safe_load(tenant.remote_file(f"claims/{name}.yaml"))
+    doc["metadata"]["labels"] = {
+        "kustomize.toolkit.fluxcd.io/name": "team-data",
+        "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+    }
+    tenant.app.apply(POSTGRES, doc, field_manager="kustomize-controller")
+
+
+@pytest.mark.parametrize("tenant", ["reconciler", "external"], indirect=True)
 def test_the_app_cluster_roles_carry_a_whole_cycle(
     tenant: Tenant,
     tmp_path: Path,
@@ -219,7 +242,11 @@ def test_the_app_cluster_roles_carry_a_whole_cycle(
         verdict = sync.konnectors.get(API) if sync else None
         return verdict.state if verdict and verdict.state is not State.NONE else None
 
+    external = tenant.spec.app_sync == "external"
     tenant.push({"claims/orders.yaml": claim("orders", ns)}, "orders")
+    if external:  # the tool applies once the reconciler serves the kind
+        eventually(lambda: app.get(CRDS, None, API), "the App CRD")
+        tool_applies(tenant, "orders")
     eventually(lambda: app.get(POSTGRES, ns, "orders"), "orders applied on the App Cluster")
     eventually(lambda: cp.get(POSTGRES, tenant.mapped, "orders"), "orders on the Control Plane")
     assert eventually(konnector_seen, "the konnector check") is State.SAME
@@ -234,6 +261,8 @@ def test_the_app_cluster_roles_carry_a_whole_cycle(
     assert copied["data"]["password"] == provider_secret("x", "y")["data"]["password"]
 
     tenant.push({"claims/orders.yaml": None}, "drop orders")
+    if external:  # the tool prunes; the reconciler deletes the copy, then drops its finalizer
+        app.delete(POSTGRES, ns, "orders")
     eventually(lambda: app.get(POSTGRES, ns, "orders") is None, "orders pruned on the App Cluster")
     eventually(lambda: cp.get(POSTGRES, tenant.mapped, "orders") is None, "and its copy")
 
@@ -245,7 +274,8 @@ def test_the_app_cluster_roles_carry_a_whole_cycle(
         if "Forbidden" in (text := " ".join(map(str, vars(record).values())))
         or "may not read" in text
     ]
-    print("log records:", len(caplog.records), "refused:", len(refused))
+    broken = {str(getattr(r, "error", "")) for r in caplog.records if r.msg.startswith("watch")}
+    print("log records:", len(caplog.records), "refused:", len(refused), "watches:", broken)
     assert not refused, refused
 
 
