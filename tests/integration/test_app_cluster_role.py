@@ -1,11 +1,12 @@
 """The App Cluster roles of catalog/rbac/app-cluster.yaml are enough for a whole cycle, and no more.
 
-A ServiceAccount on the App Cluster is bound only to those roles (one App namespace), and the
-registration's App kubeconfig is a TokenRequest token for it, built as the testkit builds binder
-kubeconfigs for the Control Plane (klutch_gitops/consumer.py ``binder_kubeconfig``). The reconciler
-then serves the CRD, applies the claim, mirrors its Control Plane copy's status back, copies the
-provider's Secret and prunes the claim when it leaves Git, with no 403 in its log. The same
-kubeconfig is refused Secrets and claims in another namespace (real requests, and
+docs/app-cluster.md's commands, run as they are with kubectl, bind a new ServiceAccount on the App
+Cluster to those roles only (one App namespace) and make its kubeconfig (a TokenRequest token, as
+the testkit makes binder kubeconfigs for the Control Plane: klutch_gitops/consumer.py
+``binder_kubeconfig``); the registration uses it. The reconciler then serves the CRD, applies the
+claim (or, ``appSync: external``, adopts what the tool applied), mirrors its Control Plane copy's
+status back, copies the provider's Secret, checks the konnector and prunes, with no 403 in its
+log. The same kubeconfig is refused Secrets and claims in another namespace (real requests, and
 SelfSubjectAccessReviews as kubectl auth can-i sends them: kubernetes
 staging/src/k8s.io/kubectl/pkg/cmd/auth/cani.go ``RunAccessCheck``)."""
 
@@ -13,6 +14,9 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
+import re
+import subprocess
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -24,109 +28,74 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.bind.client import SERVICE_BINDINGS
+from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.dev.testkit.claims import POSTGRES, claim, is_ready, ready_status, write_status
 from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
 from klutch_gitops.dev.testkit.wait import eventually
-from klutch_gitops.kube.client import CRDS, NAMESPACES, SECRETS, Kube, KubeError, Resource
+from klutch_gitops.kube.client import (
+    CRDS,
+    NAMESPACES,
+    ROLEBINDINGS,
+    SECRETS,
+    Kube,
+    KubeError,
+    Resource,
+    api_client,
+)
 from klutch_gitops.kube.crds import install_crds, load_crds
 from reconciler.sync.konnector import State
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = ROOT / "catalog" / "rbac" / "app-cluster.yaml"
+DOC = ROOT / "docs" / "app-cluster.md"
 KLUTCH_BIND = "klutch-bind"
 API = f"{POSTGRES.plural}.{POSTGRES.group}"
 RBAC = "rbac.authorization.k8s.io"
-KINDS = {
-    "ClusterRole": Resource(RBAC, "v1", "clusterroles", "ClusterRole", namespaced=False),
-    "ClusterRoleBinding": Resource(
-        RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
-    ),
-    "Role": Resource(RBAC, "v1", "roles", "Role"),
-    "RoleBinding": Resource(RBAC, "v1", "rolebindings", "RoleBinding"),
-}
-SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+CLUSTER_ROLE_BINDINGS = Resource(
+    RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
+)
 
 
 def namespace_object(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
-def binding(kind: str, name: str, namespace: str | None, role: tuple[str, str], sa: tuple) -> dict:
-    """A (Cluster)RoleBinding of ``role`` (kind, name) to the ServiceAccount ``sa`` (ns, name)."""
-    metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
-    return {
-        "apiVersion": f"{RBAC}/v1",
-        "kind": kind,
-        "metadata": metadata,
-        "roleRef": {"apiGroup": RBAC, "kind": role[0], "name": role[1]},
-        "subjects": [{"kind": "ServiceAccount", "namespace": sa[0], "name": sa[1]}],
-    }
+def documented_blocks() -> str:
+    """The two shell blocks of docs/app-cluster.md's role section: bind the roles, make the
+    kubeconfig."""
+    text = DOC.read_text()
+    section = text[text.index("## The reconciler's App kubeconfig") : text.index("### Known limit")]
+    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+    assert len(blocks) == 2, f"{DOC}: expected two sh blocks in the role section"
+    return "\n".join(blocks)
 
 
-def grant(app: Kube, app_namespace: str, cleanup: list[Callable[[], Any]]) -> tuple[str, str]:
-    """Apply the catalog's roles and bind them, as docs/app-cluster.md says, to a new
-    ServiceAccount: the cluster part cluster-wide, the namespace part in ``app_namespace`` only,
-    the konnector check in klutch-bind. Its (namespace, name)."""
-    app.apply(NAMESPACES, namespace_object(KLUTCH_BIND))
-    for doc in yaml.safe_load_all(ROLES.read_text()):
-        app.apply(KINDS[doc["kind"]], doc, force=True)
-    sa = (f"gitops-{uuid.uuid4().hex[:6]}", "klutch-gitops")
-    app.apply(NAMESPACES, namespace_object(sa[0]))
-    cleanup.append(lambda: app.delete(NAMESPACES, None, sa[0]))
-    app.apply(
-        SERVICE_ACCOUNTS,
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": sa[1], "namespace": sa[0]},
-        },
+def documented_setup(
+    stack: StackInfo, app_namespace: str, directory: Path, cleanup: list[Callable[[], Any]]
+) -> Path:
+    """Run the documented commands as they are, as the App Cluster's admin, with the test's own
+    namespaces for ``APP_NS`` and ``SA_NS``; the kubeconfig they make."""
+    sa_namespace = f"gitops-{uuid.uuid4().hex[:6]}"
+    script = re.sub(r"(?m)^APP_NS=.*$", f"APP_NS={app_namespace}", documented_blocks())
+    script = re.sub(r"(?m)^SA_NS=.*$", f"SA_NS={sa_namespace}", script)
+    directory.mkdir()
+    (directory / "catalog").symlink_to(ROOT / "catalog")
+    admin = stack.clusters["app"].kubeconfig
+    app = Kube(api_client(Path(admin)))
+    name = f"klutch-gitops-app-{sa_namespace}"
+    cleanup.append(lambda: app.delete(NAMESPACES, None, sa_namespace))
+    cleanup.append(lambda: app.delete(CLUSTER_ROLE_BINDINGS, None, name))
+    cleanup.append(lambda: app.delete(ROLEBINDINGS, KLUTCH_BIND, name))
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=directory,
+        env={**os.environ, "KUBECONFIG": admin},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
-    bindings = [
-        binding(
-            "ClusterRoleBinding", sa[0], None, ("ClusterRole", "klutch-gitops-app-cluster"), sa
-        ),
-        binding(
-            "RoleBinding", sa[0], app_namespace, ("ClusterRole", "klutch-gitops-app-namespace"), sa
-        ),
-        binding("RoleBinding", sa[0], KLUTCH_BIND, ("Role", "klutch-gitops-konnector-check"), sa),
-    ]
-    for doc in bindings:
-        resource = KINDS[doc["kind"]]
-        app.apply(resource, doc)
-        meta = doc["metadata"]
-        cleanup.append(lambda r=resource, m=meta: app.delete(r, m.get("namespace"), m["name"]))
-    return sa
-
-
-def token_kubeconfig(app: Kube, sa: tuple[str, str], seconds: int = 3600) -> dict[str, Any]:
-    """A kubeconfig for the ServiceAccount: a bounded TokenRequest token, the App apiserver's
-    https URL and CA, as a platform team makes it (docs/app-cluster.md)."""
-    token = (
-        client.CoreV1Api(app.api)
-        .create_namespaced_service_account_token(
-            sa[1],
-            sa[0],
-            client.AuthenticationV1TokenRequest(
-                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=seconds)
-            ),
-        )
-        .status.token
-    )
-    configuration = app.api.configuration
-    ca = base64.b64encode(Path(configuration.ssl_ca_cert).read_bytes()).decode()
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "app",
-        "clusters": [
-            {
-                "name": "app",
-                "cluster": {"server": configuration.host, "certificate-authority-data": ca},
-            }
-        ],
-        "users": [{"name": "gitops", "user": {"token": token}}],
-        "contexts": [{"name": "app", "context": {"cluster": "app", "user": "gitops"}}],
-    }
+    assert done.returncode == 0, done.stderr
+    return directory / "app-reconciler.kubeconfig"
 
 
 def can(kube: Kube, verb: str, resource: str, namespace: str | None, group: str = "") -> bool:
@@ -158,10 +127,8 @@ def tenant(stack, clusters, tmp_path: Path, cleanup, request: pytest.FixtureRequ
     install_crds(clusters["app"], load_crds(cluster="app"))  # APIServiceBinding: watched too
     app_sync = getattr(request, "param", "reconciler")
     world = make_tenant(stack, clusters, tmp_path, start=False, app_sync=app_sync)
-    sa = grant(world.app, world.namespace, cleanup)
-    kubeconfig = tmp_path / "app-role.kubeconfig"
-    kubeconfig.touch(mode=0o600)
-    kubeconfig.write_text(yaml.safe_dump(token_kubeconfig(world.app, sa)))
+    kubeconfig = documented_setup(stack, world.namespace, tmp_path / "docs", cleanup)
+    api_client(kubeconfig.read_text())  # also the strict shape a RepositoryBinding Secret needs
     spec = replace(world.spec, app_kubeconfig=replace(world.spec.app_kubeconfig, file=kubeconfig))
     world = replace(world, config=replace(world.config, repositories=(spec,)))
     world.reconciler.start()
@@ -214,9 +181,10 @@ def unbind(app: Kube) -> None:
 
 def tool_applies(tenant: Tenant, name: str) -> None:
     """``appSync: external``: what Flux's kustomize-controller sends the App Cluster for the
-    claim on the remote's main (a server-side apply with its field manager and labels, as
-    tests/integration/test_external_sync.py plays it: fluxcd/kustomize-controller
-    internal/controller/kustomization_controller.go ``apply``, ``kstatus`` labels)."""
+    claim on the remote's main: a server-side apply whose field manager is the controller's name
+    and whose labels name the Kustomization (fluxcd/kustomize-controller v1.9.6 main.go
+    ``controllerName``; internal/controller/kustomization_controller.go, ssa.NewResourceManager
+    with ``Owner{Field: r.ControllerName}`` and ``SetOwnerLabels``)."""
     doc = yaml.safe_load(tenant.remote_file(f"claims/{name}.yaml"))
     doc["metadata"]["labels"] = {
         "kustomize.toolkit.fluxcd.io/name": "team-data",
