@@ -28,7 +28,6 @@ def build_server(config: BindApiConfig) -> uvicorn.Server:
         bounded_config(
             create_app(config, admin, verifier, browser),
             config.listen,
-            log_config=None,  # uvicorn logs through the root handler: JSON lines, scrubbed
             log_level="warning",
             access_log=False,
             ssl_certfile=str(config.tls_cert) if config.tls_cert else None,

@@ -155,7 +155,12 @@ def bounded_config(
     request_seconds: float = REQUEST_SECONDS,
     **options: Any,
 ) -> uvicorn.Config:
-    """A uvicorn config for ``host:port`` with the request deadline, header and body limits."""
+    """A uvicorn config for ``host:port`` with the request deadline, header and body limits.
+
+    uvicorn's own logging config is never applied (``log_config=None``): it would give the
+    ``uvicorn`` loggers a plain-text handler and stop them propagating, so their lines would
+    bypass the root handler's JSON and scrubbing (``klutch_gitops.logs``)."""
+    options.setdefault("log_config", None)
     host, _, port = listen.rpartition(":")
     protocol = type("DeadlineH11Protocol", (DeadlineH11Protocol,), {})
     protocol.request_seconds = request_seconds

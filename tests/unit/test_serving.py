@@ -4,6 +4,7 @@ sockets: a slow-loris client trickling headers or a body is cut off, and an over
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -41,7 +42,6 @@ def server() -> Iterator[tuple[str, int, list[int]]]:
             f"127.0.0.1:{port}",
             max_body_bytes=LIMIT,
             request_seconds=DEADLINE,
-            log_config=None,
             access_log=False,
         ),
         "test-serving",
@@ -149,3 +149,18 @@ def test_a_malformed_content_length_is_refused(server, length: str) -> None:
     answer, _ = trickle((host, port), [head.encode()], 0)
     assert answer.startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 413 ")), answer
     assert len(received) == before
+
+
+def test_uvicorn_logs_through_the_root_handler() -> None:
+    """Both servers' uvicorn lines must reach the root handler (JSON, scrubbed): uvicorn's
+    default config, applied by ``uvicorn.Config``, would give its loggers a plain handler of
+    their own and stop them propagating."""
+    uvicorn_logger = logging.getLogger("uvicorn")
+    saved = uvicorn_logger.propagate, list(uvicorn_logger.handlers)
+    uvicorn_logger.propagate, uvicorn_logger.handlers = True, []
+    try:
+        bounded_config(FastAPI(), "127.0.0.1:0")
+        assert uvicorn_logger.propagate
+        assert uvicorn_logger.handlers == []
+    finally:
+        uvicorn_logger.propagate, uvicorn_logger.handlers = saved
