@@ -43,14 +43,16 @@ class Bot:
 
 @dataclass(frozen=True)
 class WriteBack:
-    mode: str = "inline"
-    branch: str = "klutch-status"
-    author: Bot | None = None  # None: the reconciler's bot identity
+    mode: str
+    branch: str
+    author: Bot | None  # None: the reconciler's bot identity
 
 
 @dataclass(frozen=True)
-class RepositorySpec:
-    """One repository the reconciler follows, from the config file or a RepositoryBinding."""
+class RegistrationSpec:
+    """A repository the reconciler is told to follow, from the config file or a RepositoryBinding.
+    Built by ``models.registration.registration_spec`` only, so it has no defaults of its own:
+    they are the models'."""
 
     name: str
     url: str
@@ -58,16 +60,16 @@ class RepositorySpec:
     app_namespaces: tuple[str, ...]
     app_kubeconfig: SecretRef
     control_plane_kubeconfig: SecretRef
-    branch: str = "main"
-    path: str = "."
-    credentials: GitCredentialsRef | None = None
-    webhook_secret: SecretRef | None = None
-    forge_token: SecretRef | None = None  # API token that posts pull-request plans
-    write_back: WriteBack = field(default_factory=WriteBack)
-    poll_interval: float | None = None
-    suspend: bool = False
-    app_sync: str = "reconciler"  # "external": Argo CD or Flux applies to the App Cluster
-    source: str = "config"  # "config" or "RepositoryBinding <namespace>/<name>"
+    branch: str
+    path: str
+    credentials: GitCredentialsRef | None
+    webhook_secret: SecretRef | None
+    forge_token: SecretRef | None  # API token that posts pull-request plans
+    write_back: WriteBack
+    poll_interval: float | None
+    suspend: bool
+    app_sync: str  # "external": Argo CD or Flux applies to the App Cluster
+    source: str  # "config" or "RepositoryBinding <namespace>/<name>"
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ class LeaderElection:
 @dataclass(frozen=True)
 class Config:
     control_plane_kubeconfig: Path
-    repositories: tuple[RepositorySpec, ...] = ()
+    repositories: tuple[RegistrationSpec, ...] = ()
     platform: PlatformSpec | None = None
     listen: str = "127.0.0.1:8080"
     poll_interval: float = 30.0

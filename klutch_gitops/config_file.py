@@ -13,6 +13,7 @@ from klutch_gitops import config as runtime
 from klutch_gitops.models import reconciler as model
 from klutch_gitops.models.problems import parse_yaml, validate
 from klutch_gitops.models.refs import resolve
+from klutch_gitops.models.registration import registration_spec
 from klutch_gitops.settings import read_config_file
 
 FIX = "edit the config file and run again"
@@ -33,7 +34,16 @@ def build_config(data: model.ReconcilerConfig, base: Path) -> runtime.Config:
     election = data.leader_election
     return runtime.Config(
         control_plane_kubeconfig=resolve(base, data.control_plane.kubeconfig),
-        repositories=tuple(build_repository(r, base) for r in data.repositories),
+        repositories=tuple(
+            registration_spec(
+                entry,
+                entry.references(base),
+                name=entry.name,
+                consumer_namespace=entry.consumer_namespace,
+                source="config",
+            )
+            for entry in data.repositories
+        ),
         platform=build_platform(data.platform, base) if data.platform else None,
         listen=data.listen,
         poll_interval=data.poll_interval,
@@ -54,35 +64,6 @@ def build_config(data: model.ReconcilerConfig, base: Path) -> runtime.Config:
             shards=election.shards,
         ),
         metrics_token=data.metrics_token.ref(base) if data.metrics_token else None,
-    )
-
-
-def build_repository(repo: model.Repository, base: Path) -> runtime.RepositorySpec:
-    return runtime.RepositorySpec(
-        name=repo.name,
-        url=repo.url,
-        consumer_namespace=repo.consumer_namespace,
-        app_namespaces=tuple(repo.app_namespaces),
-        app_kubeconfig=repo.app_cluster.ref(base),
-        control_plane_kubeconfig=repo.control_plane.ref(base),
-        branch=repo.branch,
-        path=repo.path,
-        credentials=repo.credentials.ref(base) if repo.credentials else None,
-        webhook_secret=repo.webhook_secret.ref(base) if repo.webhook_secret else None,
-        forge_token=repo.forge_token.ref(base) if repo.forge_token else None,
-        write_back=build_write_back(repo.write_back),
-        poll_interval=repo.poll_interval,
-        suspend=repo.suspend,
-        app_sync=repo.app_sync,
-    )
-
-
-def build_write_back(write_back: model.WriteBack) -> runtime.WriteBack:
-    author = write_back.author
-    return runtime.WriteBack(
-        mode=write_back.mode,
-        branch=write_back.branch,
-        author=runtime.Bot(name=author.name, email=author.email) if author else None,
     )
 
 

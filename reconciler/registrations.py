@@ -17,13 +17,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from klutch_gitops.apis import BINDER_KUBECONFIG_LABEL, REPOSITORY_BINDINGS
-from klutch_gitops.config import Config, PlatformSpec, RepositorySpec
+from klutch_gitops.config import Config, PlatformSpec, RegistrationSpec
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git.remote import ls_remote
 from klutch_gitops.kube import conditions
 from klutch_gitops.kube.client import SECRETS, Kube, KubeError
 from klutch_gitops.kube.informer import Informer
 from klutch_gitops.kube.workqueue import KeyQueue
+from klutch_gitops.models.registration import registration_name
 from klutch_gitops.repository_config import from_repository_binding
 from reconciler import metrics
 from reconciler.controllers.tokens import KEY as KUBECONFIG_KEY
@@ -38,17 +39,13 @@ from reconciler.triggers.sources import FileWatcher, Poller
 log = logging.getLogger(__name__)
 
 # The platform repository's registration key and its clone's directory under workDir. Neither can
-# be a repository's: names match REPOSITORY_NAME_PATTERN, which has no ':' and no leading '.'.
+# be a repository's: names match REGISTRATION_NAME_PATTERN, which has no ':' and no leading '.'.
 PLATFORM = ":platform"
 PLATFORM_DIR = ".platform"
 WATCHED_POLL_ROUNDS = 10  # a file:// remote is watched: poll it every tenth interval only
 # A registration's own pollInterval is a tenant's to set (RepositoryBinding): no shorter than
 # this, so one tenant cannot keep the one poller thread spawning `git ls-remote` for itself.
 MIN_POLL_INTERVAL = 1.0
-
-
-def registration_name(meta: dict) -> str:
-    return f"{meta['namespace']}.{meta['name']}"[:63].rstrip("-.")
 
 
 class Registrations:
@@ -67,7 +64,7 @@ class Registrations:
         self.resolver = resolver
         self.queue = queue
         self.owned = owned
-        self.specs: dict[str, RepositorySpec] = {}
+        self.specs: dict[str, RegistrationSpec] = {}
         self.syncs: dict[str, RepositorySync] = {}
         self.errors: dict[str, str] = {}
         self.reference_errors: dict[str, str] = {}  # a Secret or file that could not be used

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from klutch_gitops.config import RepositorySpec
+from klutch_gitops.config import RegistrationSpec
 from klutch_gitops.kube import conditions
 from reconciler import metrics
 from reconciler.status import Report, StatusWriter, binding_status
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 BINDING_SOURCE = "RepositoryBinding "
 
 
-def binding_name(spec: RepositorySpec) -> tuple[str, str] | None:
+def binding_name(spec: RegistrationSpec) -> tuple[str, str] | None:
     """(namespace, name) of the RepositoryBinding a registration comes from, if it does."""
     if not spec.source.startswith(BINDING_SOURCE):
         return None
@@ -34,12 +34,13 @@ class Reporter:
 
     def __init__(self, status: StatusWriter) -> None:
         self.status = status
-        self.shown: dict[str, tuple[RepositorySpec, dict[str, Any]]] = {}  # name -> (spec, status)
+        # name -> (spec, status)
+        self.shown: dict[str, tuple[RegistrationSpec, dict[str, Any]]] = {}
         self.write_back_errors: dict[str, str] = {}
         self.handled: dict[str, str] = {}  # name -> the reconcile request its last pass answered
         self.konnector_warnings: dict[str, str] = {}  # name -> conflict last evented
 
-    def report(self, spec: RepositorySpec, sync: RepositorySync | None, **known: Any) -> None:
+    def report(self, spec: RegistrationSpec, sync: RepositorySync | None, **known: Any) -> None:
         """Build the status of ``spec``'s registration from ``known`` (Report's fields) and its
         sync, write it to its RepositoryBinding (only when new) and show it."""
         name, where = spec.name, binding_name(spec)
@@ -91,7 +92,7 @@ class Reporter:
             for name, (spec, status) in sorted(self.shown.items())
         ]
 
-    def _konnector_conflicts(self, spec: RepositorySpec, sync: RepositorySync) -> str:
+    def _konnector_conflicts(self, spec: RegistrationSpec, sync: RepositorySync) -> str:
         """Foreign konnectors (``reconciler/sync/konnector.py``), with a Warning Event on the
         RepositoryBinding when a conflict starts or changes."""
         conflicts = sync.conflicts

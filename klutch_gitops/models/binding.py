@@ -1,6 +1,7 @@
 """A RepositoryBinding's spec: what a tenant may register, the source of the CRD's
 ``openAPIV3Schema.properties.spec`` (``models.schemas``) and of the reconciler's check of every
-object it reads (``repository_config.from_repository_binding``).
+object it reads (``repository_config.from_repository_binding``). It narrows the registration every
+config entry shares (``models.registration``).
 
 Tenants get https:// and ssh:// only, and every Secret they name lives in their own namespace:
 the references carry no namespace. The ``x-kubernetes-validations`` rules are the apiserver's copy
@@ -9,13 +10,20 @@ of the checks the validators make here.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from klutch_gitops.models.reconciler import AppNamespaces, branch_problem, path_problem
+from klutch_gitops.config import GitCredentialsRef, SecretRef
 from klutch_gitops.models.refs import SECRET_KEY, SECRET_NAME
-from klutch_gitops.models.types import Duration, Strict, checked, problem
+from klutch_gitops.models.registration import (
+    References,
+    RegistrationFields,
+    WriteBackFields,
+    branch_problem,
+    path_problem,
+)
+from klutch_gitops.models.types import Strict, checked
 from klutch_gitops.urls import TENANT_TRANSPORTS, InvalidRepoURL, url_transport
 
 # The apiserver's pattern: never looser than url_transport for tenants (tests/unit/
@@ -110,21 +118,13 @@ class TenantAuthor(Strict):
     email: Email | None = Field(None, description="Author email address.")
 
 
-class TenantWriteBack(Strict):
+class TenantWriteBack(WriteBackFields[TenantBranch, TenantAuthor]):
     """How observed status is committed back to the repository."""
 
-    mode: Literal["inline", "files", "branch"] = Field(
-        "inline", description="inline (in the manifests), files (beside them), or branch."
-    )
-    branch: TenantBranch = Field(
-        "klutch-status", description="Branch that receives status commits in branch mode."
-    )
-    author: TenantAuthor | None = Field(
-        None, description="Author of status commits; the reconciler's bot when unset."
-    )
 
-
-class RepositoryBindingSpec(Strict):
+class RepositoryBindingSpec(
+    RegistrationFields[TenantBranch, TenantPath, ClusterAccess, TenantWriteBack]
+):
     """Where the claims live, where they may go, and how status returns to Git."""
 
     model_config = Strict.model_config | {
@@ -145,17 +145,6 @@ class RepositoryBindingSpec(Strict):
         "(no file://, other transports, or user, host or path starting with '-'); credentials "
         "belong in credentialsSecretRef, not in the URL."
     )
-    branch: TenantBranch = Field("main", description="Branch to follow.")
-    path: TenantPath = Field(
-        ".", description="Directory of the manifests, relative to the repository root."
-    )
-    app_namespaces: AppNamespaces = Field(
-        description="App Cluster namespaces the repository's claims may be written to."
-    )
-    app_cluster: ClusterAccess = Field(description="How the reconciler reaches the App Cluster.")
-    control_plane: ClusterAccess = Field(
-        description="How the reconciler reaches the Control Plane as this consumer."
-    )
     credentials_secret_ref: NamedSecret | None = Field(
         None,
         description="Secret in this namespace with Git credentials: keys username and password "
@@ -170,28 +159,22 @@ class RepositoryBindingSpec(Strict):
         "may comment on pull requests and set commit statuses; without it, pull-request "
         "webhooks are not planned.",
     )
-    write_back: TenantWriteBack = Field(
-        default_factory=TenantWriteBack,
-        description="How observed status is committed back to the repository.",
-        json_schema_extra={"default": {}},
-    )
-    app_sync: Literal["reconciler", "external"] = Field(
-        "reconciler",
-        description="Who applies the claims to the App Cluster: reconciler, or external when "
-        "Argo CD or Flux does and the reconciler only mirrors them and writes status back.",
-    )
-    suspend: bool = Field(
-        False, description="Stops fetching, applying and writing back until set to false again."
-    )
-    poll_interval: Duration | None = Field(
-        None, description="How often to check for new commits, e.g. 30s; webhooks come sooner."
-    )
 
-    @model_validator(mode="after")
-    def _no_loop(self) -> RepositoryBindingSpec:
-        if self.write_back.mode == "branch" and self.write_back.branch == self.branch:
-            raise problem(
-                "writeBack.branch must differ from branch, or status commits would loop",
-                "set writeBack.branch to another branch, e.g. klutch-status",
+    def references(self, namespace: str) -> References:
+        """Every reference names a Secret of the binding's own ``namespace``."""
+
+        def own(secret: KubeconfigSecret | TokenSecret) -> SecretRef:
+            return SecretRef(namespace=namespace, name=secret.name, key=secret.key)
+
+        credentials = self.credentials_secret_ref
+        return References(
+            app_kubeconfig=own(self.app_cluster.kubeconfig_secret_ref),
+            control_plane_kubeconfig=own(self.control_plane.kubeconfig_secret_ref),
+            credentials=GitCredentialsRef(
+                secret=SecretRef(namespace=namespace, name=credentials.name)
             )
-        return self
+            if credentials
+            else None,
+            webhook_secret=own(self.webhook_secret_ref) if self.webhook_secret_ref else None,
+            forge_token=own(self.forge_token_secret_ref) if self.forge_token_secret_ref else None,
+        )

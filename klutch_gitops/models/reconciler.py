@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Annotated, Literal
+from pathlib import Path
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import Field
 
 from klutch_gitops.config import LEASE_NAME
 from klutch_gitops.models.refs import GitCredentials, KubeconfigRef, OwnKubeconfig, SecretSource
+from klutch_gitops.models.registration import (
+    Branch,
+    References,
+    RegistrationFields,
+    RegistrationName,
+    RepoPath,
+    WriteBackFields,
+)
 from klutch_gitops.models.types import (
     Duration,
     Listen,
@@ -20,27 +28,13 @@ from klutch_gitops.models.types import (
     Strict,
     Text,
     checked,
-    problem,
 )
-from klutch_gitops.urls import (
-    MAX_BRANCH_LENGTH,
-    MAX_PATH_LENGTH,
-    PLATFORM_TRANSPORTS,
-    InvalidRepoURL,
-    check_branch,
-    check_repo_path,
-    url_transport,
-)
+from klutch_gitops.urls import PLATFORM_TRANSPORTS, InvalidRepoURL, url_transport
 
 TOKEN_REQUEST_MINIMUM = 600.0  # seconds: the shortest token the TokenRequest API issues
 MAX_SHARDS = 256  # every replica renews its shard Leases each retry period
-MAX_APP_NAMESPACES = 256
 URL_PATTERN = r"^(file://|https://|http://|ssh://|[\w.-]+@[\w.-]+:)"
 URL_FIX = "use a file://, https://, ssh:// or git@host:path URL"
-# A repository's name is also a label value on every object it creates, so dots are fine.
-REPOSITORY_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$"
-BRANCH_FIX = "name a branch git check-ref-format accepts"
-PATH_FIX = "use a folder inside the repository, e.g. claims"
 
 
 def _url(value: str) -> tuple[str, str] | None:
@@ -53,42 +47,7 @@ def _url(value: str) -> tuple[str, str] | None:
     return None
 
 
-def branch_problem(value: str) -> tuple[str, str] | None:
-    found = check_branch(value)
-    return (f"{value!r} {found}", BRANCH_FIX) if found else None
-
-
-def path_problem(value: str) -> tuple[str, str] | None:
-    found = check_repo_path(value)
-    return (f"{value!r} {found}", PATH_FIX) if found else None
-
-
-def _repository_name(value: str) -> tuple[str, str] | None:
-    if re.match(REPOSITORY_NAME_PATTERN, value):
-        return None
-    return f"{value!r} is not valid", "use lowercase letters, digits, '-' and '.', at most 63"
-
-
 RepoURL = checked(_url, {"pattern": URL_PATTERN, "maxLength": 2048})
-Branch = checked(branch_problem, {"minLength": 1, "maxLength": MAX_BRANCH_LENGTH})
-RepoPath = checked(path_problem, {"minLength": 1, "maxLength": MAX_PATH_LENGTH})
-RepositoryName = checked(
-    _repository_name, {"pattern": REPOSITORY_NAME_PATTERN, "maxLength": 63, "minLength": 1}
-)
-
-
-def _distinct(values: list[str]) -> list[str]:
-    repeated = sorted(v for v, n in Counter(values).items() if n > 1)
-    if repeated:
-        raise problem(f"names {', '.join(repeated)} more than once", "list every namespace once")
-    return values
-
-
-AppNamespaces = Annotated[
-    list[Name],
-    Field(min_length=1, max_length=MAX_APP_NAMESPACES, json_schema_extra={"uniqueItems": True}),
-    AfterValidator(_distinct),
-]
 
 
 class Bot(Strict):
@@ -107,42 +66,21 @@ class Author(Strict):
     email: Text = Field(description="Author email address.")
 
 
-class WriteBack(Strict):
+class WriteBack(WriteBackFields[Branch, Author]):
     """How observed status is committed back to the repository."""
 
-    mode: Literal["inline", "files", "branch"] = Field(
-        "inline", description="inline (in the manifests), files (beside them), or branch."
-    )
-    branch: Branch = Field(
-        "klutch-status", description="Branch that receives status commits in branch mode."
-    )
-    author: Author | None = Field(
-        None, description="Author of status commits; the reconciler's bot when unset."
-    )
 
-
-class Repository(Strict):
+class Repository(RegistrationFields[Branch, RepoPath, KubeconfigRef, WriteBack]):
     """One repository the reconciler follows (RepositoryBindings add more at run time)."""
 
-    name: RepositoryName = Field(
-        description="Unique name; a label value on every object the repository creates."
-    )
     url: RepoURL = Field(
         description="Repository URL: https://, ssh:// (or user@host:path), http:// or file://."
     )
-    branch: Branch = Field("main", description="Branch to follow.")
-    path: RepoPath = Field(
-        ".", description="Folder of the claims inside the repository; .klutch/ below it is ours."
+    name: RegistrationName = Field(
+        description="Unique name; a label value on every object the repository creates."
     )
     consumer_namespace: Name = Field(
         description="The consumer namespace on the Control Plane (made by klutch-bind bind)."
-    )
-    app_namespaces: AppNamespaces = Field(
-        description="App Cluster namespaces the repository's claims may be written to."
-    )
-    app_cluster: KubeconfigRef = Field(description="How the reconciler reaches the App Cluster.")
-    control_plane: KubeconfigRef = Field(
-        description="The binding's least-privilege identity on the Control Plane."
     )
     credentials: GitCredentials | None = Field(
         None, description="Git credentials; none for public repositories."
@@ -156,31 +94,16 @@ class Repository(Strict):
         description="API token of the Git host that comments plans on pull requests; "
         "without it pull requests are not planned.",
     )
-    write_back: WriteBack = Field(
-        default_factory=WriteBack,
-        description="How observed status is committed back.",
-        json_schema_extra={"default": {}},
-    )
-    poll_interval: Duration | None = Field(
-        None, description="How often to check for new commits; the global pollInterval when unset."
-    )
-    suspend: bool = Field(
-        False, description="Stops fetching, applying and writing back while true."
-    )
-    app_sync: Literal["reconciler", "external"] = Field(
-        "reconciler",
-        description="Who applies the claims to the App Cluster: reconciler, or external when "
-        "Argo CD or Flux does and the reconciler mirrors them and writes status back.",
-    )
 
-    @model_validator(mode="after")
-    def _no_loop(self) -> Repository:
-        if self.write_back.mode == "branch" and self.write_back.branch == self.branch:
-            raise problem(
-                "writeBack.branch is the followed branch, so status commits would loop",
-                "set writeBack.branch to another branch, e.g. klutch-status",
-            )
-        return self
+    def references(self, base: Path) -> References:
+        """Files relative to the config file's folder ``base``; Secrets where they say."""
+        return References(
+            app_kubeconfig=self.app_cluster.ref(base),
+            control_plane_kubeconfig=self.control_plane.ref(base),
+            credentials=self.credentials.ref(base) if self.credentials else None,
+            webhook_secret=self.webhook_secret.ref(base) if self.webhook_secret else None,
+            forge_token=self.forge_token.ref(base) if self.forge_token else None,
+        )
 
 
 class Platform(Strict):

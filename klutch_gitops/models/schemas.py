@@ -87,7 +87,10 @@ def chart_config_schema() -> dict[str, Any]:
 
 def crd_spec_schema() -> dict[str, Any]:
     """The RepositoryBinding CRD's ``spec``: the model's schema, structural."""
-    return ordered(structural(RepositoryBindingSpec.model_json_schema(by_alias=True)))
+    schema: dict[str, Any] = ordered(
+        structural(RepositoryBindingSpec.model_json_schema(by_alias=True))
+    )
+    return schema
 
 
 def ordered(node: Any) -> Any:
@@ -130,7 +133,7 @@ def dumps(data: Any) -> str:
 def outputs() -> dict[Path, Callable[[str], str]]:
     """Every generated file and how its new text follows from its current one."""
     files: dict[Path, Callable[[str], str]] = {
-        SCHEMAS / name: (lambda _, m=model, n=name: dumps(json_schema(m, n)))
+        SCHEMAS / name: _json_schema_text(model, name)
         for name, model in (
             ("reconciler-config.schema.json", ReconcilerConfig),
             ("bind-api-config.schema.json", BindApiConfig),
@@ -140,6 +143,11 @@ def outputs() -> dict[Path, Callable[[str], str]]:
     files.update(dict.fromkeys(CRD_FILES, crd_text))
     files[VALUES_SCHEMA] = values_text
     return files
+
+
+def _json_schema_text(model: type[BaseModel], name: str) -> Callable[[str], str]:
+    """An editors' schema's text, which does not follow from the file's current one."""
+    return lambda _: dumps(json_schema(model, name))
 
 
 def drifted() -> list[Path]:

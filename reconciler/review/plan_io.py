@@ -31,7 +31,7 @@ from klutch_gitops.apis import (
     mapped_namespace,
 )
 from klutch_gitops.catalog import load_xrds
-from klutch_gitops.config import Config, RepositorySpec, SecretRef
+from klutch_gitops.config import Config, RegistrationSpec, SecretRef
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git.local import LocalRepository
 from klutch_gitops.git.runner import GitFailed
@@ -271,7 +271,7 @@ def config_targets(
     ]
 
 
-def _repository_bindings(admin: Kube) -> list[RepositorySpec]:
+def _repository_bindings(admin: Kube) -> list[RegistrationSpec]:
     """The registrations of the RepositoryBindings on the Control Plane; broken ones skipped."""
     try:
         items, _ = admin.list(REPOSITORY_BINDINGS)
@@ -286,7 +286,7 @@ def _repository_bindings(admin: Kube) -> list[RepositorySpec]:
     return specs
 
 
-def _client(resolver: Resolver, spec: RepositorySpec, ref: SecretRef, what: str) -> Kube:
+def _client(resolver: Resolver, spec: RegistrationSpec, ref: SecretRef, what: str) -> Kube:
     """The reconciler's own rule: a tenant's kubeconfig strictly, a platform file as a file."""
     return Kube(
         resolver.kube_client(

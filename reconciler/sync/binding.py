@@ -22,7 +22,7 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops import tenant_kubeconfig
-from klutch_gitops.config import GitCredentialsRef, RepositorySpec, SecretRef
+from klutch_gitops.config import GitCredentialsRef, RegistrationSpec, SecretRef
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git.credentials import Credentials
 from klutch_gitops.kube.client import Kube, api_client
@@ -36,7 +36,7 @@ SHARED_POOL_CONNECTIONS = 64
 
 @dataclass
 class Binding:
-    spec: RepositorySpec
+    spec: RegistrationSpec
     app: Kube  # the App Cluster, with the registration's App kubeconfig
     control_plane: Kube  # the Control Plane, with the binding's own least-privilege identity
     credentials: Credentials | None
@@ -187,7 +187,7 @@ class Resolver:
             return None
         return digest.hexdigest()
 
-    def binding(self, spec: RepositorySpec) -> Binding:
+    def binding(self, spec: RegistrationSpec) -> Binding:
         namespace = spec.consumer_namespace
         what = f"repository {spec.name}"
         app = self.kube(spec.app_kubeconfig, f"{what}: App Cluster kubeconfig", namespace)

@@ -13,7 +13,7 @@ import logging
 import time
 from pathlib import Path
 
-from klutch_gitops.config import RepositorySpec
+from klutch_gitops.config import RegistrationSpec
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.urls import normalize_repo_url
 from reconciler.ha.shards import ShardCoordinator
@@ -40,7 +40,7 @@ class WebhookDispatch:
         self.shards = shards
         self.visitors: dict[str, Binding] = {}  # other replicas' registrations, for webhooks
         # other replicas' webhook secrets: registration -> (spec, until, secrets)
-        self.visitor_secrets: dict[str, tuple[RepositorySpec, float, tuple[bytes, ...]]] = {}
+        self.visitor_secrets: dict[str, tuple[RegistrationSpec, float, tuple[bytes, ...]]] = {}
         self.reviewer = Reviewer(self.bindings, work_dir)
 
     def on_push(self, event: PushEvent) -> int:
@@ -108,7 +108,7 @@ class WebhookDispatch:
             return []
         return [(PLATFORM, secret) for secret in self.registrations.platform_webhook_secrets]
 
-    def _visitor_secrets(self, name: str, spec: RepositorySpec) -> tuple[bytes, ...]:
+    def _visitor_secrets(self, name: str, spec: RegistrationSpec) -> tuple[bytes, ...]:
         """The webhook secret of another replica's registration, read at most once a while."""
         now = time.monotonic()
         cached = self.visitor_secrets.get(name)

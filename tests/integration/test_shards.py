@@ -22,7 +22,7 @@ import yaml
 from kubernetes import client
 
 from bind_api.bindings import BINDER_SECRET
-from klutch_gitops.config import Config, LeaderElection, RepositorySpec, SecretRef
+from klutch_gitops.config import Config, LeaderElection, RegistrationSpec, SecretRef
 from klutch_gitops.consumer import binder_kubeconfig
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
@@ -60,7 +60,7 @@ class Replicas:
     def __init__(
         self,
         stack: StackInfo,
-        repositories: tuple[RepositorySpec, ...],
+        repositories: tuple[RegistrationSpec, ...],
         election: LeaderElection,
         root: Path,
     ):

@@ -27,7 +27,7 @@ import httpx
 import pytest
 from kubernetes import client
 
-from klutch_gitops.config import GitCredentialsRef, RepositorySpec, SecretRef
+from klutch_gitops.config import GitCredentialsRef, RegistrationSpec, SecretRef
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.dev.testkit.git import git
 from klutch_gitops.dev.testkit.tenant import Origin, Tenant, make_tenant
@@ -68,7 +68,7 @@ class Pair:
     def url(self) -> str:
         return f"http://{self.reconciler.config.listen}"
 
-    def spec(self, tenant: Tenant) -> RepositorySpec:
+    def spec(self, tenant: Tenant) -> RegistrationSpec:
         return next(
             s
             for s in self.reconciler.config.repositories

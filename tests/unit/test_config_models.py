@@ -189,7 +189,7 @@ def test_secret_references_are_exactly_one_of_three(tmp_path: Path) -> None:
 
 def test_a_status_branch_that_is_the_followed_one_would_loop(tmp_path: Path) -> None:
     text = BASE + REPOSITORY + "    writeBack: {mode: branch, branch: main}\n"
-    assert "repositories[0]: writeBack.branch is the followed branch" in refused(text, tmp_path)
+    assert "repositories[0]: writeBack.branch must differ from branch" in refused(text, tmp_path)
     with pytest.raises(KlutchError, match=r"spec: writeBack\.branch must differ from branch"):
         from_repository_binding(binding(writeBack={"mode": "branch", "branch": "main"}))
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from klutch_gitops.config import Config, PlatformSpec, RepositorySpec, SecretRef
+from klutch_gitops.config import Config, PlatformSpec, RegistrationSpec, SecretRef, WriteBack
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.conditions import by_type
 from klutch_gitops.manifests import Rejection
@@ -56,7 +56,7 @@ class FakeQueue:
 
 @dataclass
 class FakeBinding:
-    spec: RepositorySpec
+    spec: RegistrationSpec
     credentials: Any = None
 
 
@@ -64,7 +64,7 @@ class FakeResolver:
     def __init__(self) -> None:
         self.broken: dict[str, str] = {}  # registration -> why its Secrets cannot be used
 
-    def binding(self, spec: RepositorySpec) -> FakeBinding:
+    def binding(self, spec: RegistrationSpec) -> FakeBinding:
         if spec.name in self.broken:
             raise KlutchError(self.broken[spec.name], "fix the Secret")
         return FakeBinding(spec)
@@ -230,8 +230,23 @@ def test_status_is_written_only_when_it_changes(world: tuple[Registrations, Fake
 
 def test_config_registrations_are_shown_not_written(world: tuple[Registrations, FakeKube]) -> None:
     registrations, kube = world
-    spec = RepositorySpec(
-        "team", "https://git.example.com/t.git", "c", ("t",), SecretRef(), SecretRef()
+    spec = RegistrationSpec(
+        name="team",
+        url="https://git.example.com/t.git",
+        consumer_namespace="c",
+        app_namespaces=("t",),
+        app_kubeconfig=SecretRef(),
+        control_plane_kubeconfig=SecretRef(),
+        branch="main",
+        path=".",
+        credentials=None,
+        webhook_secret=None,
+        forge_token=None,
+        write_back=WriteBack(mode="inline", branch="klutch-status", author=None),
+        poll_interval=None,
+        suspend=False,
+        app_sync="reconciler",
+        source="config",
     )
     registrations.specs["team"] = spec
     registrations.handle(("register", "team"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from klutch_gitops.config import RepositorySpec, SecretRef
+from klutch_gitops.config import RegistrationSpec, SecretRef, WriteBack
 from klutch_gitops.errors import KlutchError
 from reconciler.review.forges import State
 from reconciler.review.pulls import Reviewer, context, error_comment, marker
@@ -22,8 +22,8 @@ API = "https://api.github.com/repos/org/claims"
 TOKEN = "t0ken"
 
 
-def spec(name: str, url: str, branch: str = "main", path: str = "claims") -> RepositorySpec:
-    return RepositorySpec(
+def spec(name: str, url: str, branch: str = "main", path: str = "claims") -> RegistrationSpec:
+    return RegistrationSpec(
         name=name,
         url=url,
         consumer_namespace="cluster-abc",
@@ -32,10 +32,18 @@ def spec(name: str, url: str, branch: str = "main", path: str = "claims") -> Rep
         control_plane_kubeconfig=SecretRef(file=Path("/dev/null")),
         branch=branch,
         path=path,
+        credentials=None,
+        webhook_secret=None,
+        forge_token=None,
+        write_back=WriteBack(mode="inline", branch="klutch-status", author=None),
+        poll_interval=None,
+        suspend=False,
+        app_sync="reconciler",
+        source="config",
     )
 
 
-def binding(spec: RepositorySpec, token: str | None = TOKEN) -> Binding:
+def binding(spec: RegistrationSpec, token: str | None = TOKEN) -> Binding:
     """Without cluster clients: the plan runs offline, against the catalog's schemas."""
     return Binding(spec, None, None, None, (), forge_token=token)  # type: ignore[arg-type]
 

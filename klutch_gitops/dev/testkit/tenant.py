@@ -17,7 +17,7 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.apis import REPOSITORY_BINDINGS, mapped_namespace
-from klutch_gitops.config import Config, GitCredentialsRef, RepositorySpec, SecretRef, WriteBack
+from klutch_gitops.config import Config, GitCredentialsRef, RegistrationSpec, SecretRef, WriteBack
 from klutch_gitops.consumer import bind_consumer, binder_kubeconfig
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
@@ -60,7 +60,7 @@ class Tenant:
         return mapped_namespace(self.consumer, self.namespace)
 
     @property
-    def spec(self) -> RepositorySpec:
+    def spec(self) -> RegistrationSpec:
         return self.config.repositories[0]
 
     @cached_property
@@ -141,19 +141,23 @@ def make_tenant(
         remote, url, person_url = origin.bare, origin.url, origin.person_url
     person_clone(person_url, clone, seed(namespace) if seed else None)
 
-    spec = RepositorySpec(
+    spec = RegistrationSpec(
         name=f"team-{suffix}",
         url=url,
         consumer_namespace=consumer,
         app_namespaces=(namespace,),
+        branch="main",
         path="claims",
         app_kubeconfig=SecretRef(file=Path(stack.clusters["app"].kubeconfig)),
         control_plane_kubeconfig=SecretRef(file=binder),
         webhook_secret=SecretRef(file=_write(tmp_path / "webhook", WEBHOOK_SECRET)),
         credentials=origin.credentials if origin else None,
         forge_token=origin.forge_token if origin else None,
-        write_back=WriteBack(mode=mode),
+        write_back=WriteBack(mode=mode, branch="klutch-status", author=None),
+        poll_interval=None,
+        suspend=False,
         app_sync=app_sync,
+        source="config",
     )
     config = (quick_config if quick else local_config)(stack, tmp_path, repositories=(spec,))
     tenant = Tenant(app, admin, consumer, namespace, remote, clone, config)
@@ -199,7 +203,7 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def repository_entry(spec: RepositorySpec) -> dict[str, Any]:
+def repository_entry(spec: RegistrationSpec) -> dict[str, Any]:
     """A registration as the config file spells it (kubeconfigs and secrets as files)."""
     entry: dict[str, Any] = {
         "name": spec.name,
