@@ -45,9 +45,10 @@ from reconciler.ha.leader import LeaderElector, default_identity
 from reconciler.ha.shards import ShardCoordinator
 from reconciler.registrations import Registrations, registration_name
 from reconciler.server import create_app, serve
-from reconciler.sync.binding import Binding, Resolver
-from reconciler.sync.repository import Key, RepositorySync
+from reconciler.sync.connection import Connection, Resolver
+from reconciler.sync.repository import Sync
 from reconciler.triggers.dispatch import WebhookDispatch
+from reconciler.work import Key, Work
 
 log = logging.getLogger(__name__)
 
@@ -116,17 +117,19 @@ class Reconciler:
         )
 
     @property
-    def syncs(self) -> dict[str, RepositorySync]:
-        """The registrations this replica works on, by name."""
-        return self.registrations.syncs
+    def syncs(self) -> dict[str, Sync]:
+        """The syncs of the registrations this replica works on, by name."""
+        records = list(self.registrations.records.values())
+        return {r.name: r.sync for r in records if r.sync is not None}
 
     @property
     def errors(self) -> dict[str, str]:
         """Registrations whose last pass or registration failed, with the error."""
-        return self.registrations.errors
+        records = list(self.registrations.records.values())
+        return {r.name: r.error for r in records if r.error is not None}
 
     @property
-    def visitors(self) -> dict[str, Binding]:
+    def visitors(self) -> dict[str, Connection]:
         """Other replicas' registrations, resolved for a pull request's webhook."""
         return self.dispatch.visitors
 
@@ -143,7 +146,7 @@ class Reconciler:
                     self.dispatch.on_push,
                     self.dispatch.on_pull_request,
                     self._metrics_token(),
-                    self.registrations.reporter.registrations,
+                    self.registrations.shown,
                 ),
                 self.config.listen,
             )
@@ -254,7 +257,7 @@ class Reconciler:
         try:
             self.registrations.handle(key)
         finally:
-            if key[0] == "sync" and key[1] in self.syncs:
+            if key[0] == Work.SYNC and self.registrations.sync_of(key[1]) is not None:
                 self.lanes.passed(key[1])
 
     def _owned(self, name: str) -> bool:
@@ -269,7 +272,8 @@ class Reconciler:
 
     def _shard_acquired(self, shard: int) -> None:
         assert self.shards is not None
-        names = self._in_shard(list(self.registrations.specs), shard)
+        records = list(self.registrations.records.values())
+        names = self._in_shard([r.name for r in records if r.spec is not None], shard)
         self.take_over.start(names, self.shards.recorded(shard), self.shards.unseen(shard))
 
     def _record(self, shard: int) -> dict[str, str]:
@@ -282,7 +286,9 @@ class Reconciler:
 
     def _remote_head(self, name: str) -> str | None:
         """The head of a registration's branch, asked with its own credentials."""
-        spec = self.registrations.specs[name]
+        spec = self.registrations.spec_of(name)
+        if spec is None:  # gone meanwhile: nothing pending
+            return None
         what = f"repository {name}"
         credentials = self.resolver.credentials(spec.credentials, what, spec.consumer_namespace)
         return ls_remote(spec.url, spec.branch, credentials, timeout=TRIAGE_SECONDS)
@@ -290,7 +296,9 @@ class Reconciler:
     def _passed(self, name: str) -> set[str]:
         """Commits known as passed besides the Lease's record: the RepositoryBinding's status
         and the clone an earlier run of this replica left (a persistent work directory)."""
-        spec = self.registrations.specs[name]
+        spec = self.registrations.spec_of(name)
+        if spec is None:
+            return set()
         passed = {
             commit
             for binding in self.registrations.bindings.items()
@@ -304,7 +312,9 @@ class Reconciler:
         """Stop the shard's repositories, each after its pass or push in flight, so the next
         holder never works beside us."""
         registrations = self.registrations
-        for name in self._in_shard([*{*registrations.specs, *registrations.syncs}], shard):
+        records = list(registrations.records.values())
+        running = [r.name for r in records if r.spec is not None or r.sync is not None]
+        for name in self._in_shard(running, shard):
             registrations.release(name)  # one may be in flight
 
     def _shard_fetch(self, shard: int) -> None:
@@ -322,9 +332,8 @@ class Reconciler:
         failures = []
         for spec in self.config.repositories:
             try:
-                binding = self.resolver.binding(spec)
-                sync = RepositorySync(
-                    binding,
+                sync = Sync(
+                    self.resolver.connection(spec),
                     self.config.work_dir,
                     self.config.bot,
                     0.0,

@@ -30,6 +30,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from reconciler.work import Work
+
 
 def _version() -> str:
     try:
@@ -224,11 +226,11 @@ def observe_status(
             )
 
 
-def failed(repository: str, work: str, reason: str) -> None:
-    """A work item of ``repository`` failed: ``work`` is its kind (sync, writeback, register,
-    platform), ``reason`` the error's class or ``internal``."""
+def failed(repository: str, work: Work, reason: str) -> None:
+    """A work item of registration ``repository`` failed: ``reason`` is the error's class or
+    ``internal``."""
     ERRORS.labels(repository, reason).inc()
-    if work == "writeback":
+    if work == Work.WRITEBACK:
         WRITE_BACK_FAILURES.labels(repository).inc()
 
 

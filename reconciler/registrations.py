@@ -13,33 +13,36 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from klutch_gitops.apis import BINDER_KUBECONFIG_LABEL, REPOSITORY_BINDINGS
 from klutch_gitops.config import Config, PlatformSpec, RegistrationSpec
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git.remote import ls_remote
-from klutch_gitops.kube import conditions
 from klutch_gitops.kube.client import SECRETS, Kube, KubeError
 from klutch_gitops.kube.informer import Informer
 from klutch_gitops.kube.workqueue import KeyQueue
 from klutch_gitops.models.registration import registration_name
 from klutch_gitops.repository_config import from_repository_binding
-from reconciler import metrics
+from reconciler import metrics, reporting
 from reconciler.controllers.tokens import KEY as KUBECONFIG_KEY
+from reconciler.registration import BindingRef, ConfigEntry, Origin, Registration
 from reconciler.reporting import Reporter, log_pass
-from reconciler.status import StatusWriter, invalid_spec_status
+from reconciler.status import StatusWriter
 from reconciler.steering import requested_at
-from reconciler.sync.binding import Resolver
+from reconciler.sync.connection import Resolver
 from reconciler.sync.platform import PlatformSync
-from reconciler.sync.repository import Key, RepositorySync
+from reconciler.sync.repository import Sync
 from reconciler.triggers.sources import FileWatcher, Poller
+from reconciler.work import Key, Work
 
 log = logging.getLogger(__name__)
 
 # The platform repository's registration key and its clone's directory under workDir. Neither can
-# be a repository's: names match REGISTRATION_NAME_PATTERN, which has no ':' and no leading '.'.
+# be a repository's: names match REPOSITORY_NAME_PATTERN, which has no ':' and no leading '.'.
 PLATFORM = ":platform"
 PLATFORM_DIR = ".platform"
 WATCHED_POLL_ROUNDS = 10  # a file:// remote is watched: poll it every tenth interval only
@@ -49,7 +52,10 @@ MIN_POLL_INTERVAL = 1.0
 
 
 class Registrations:
-    """``owned(name)``: whether this replica works on a registration (shards)."""
+    """Every registration's record, by name; ``owned(name)``: whether this replica works on a
+    registration (shards). A record is added (config file, RepositoryBinding) and dropped (by
+    the ``register`` that stops a registration gone away) under ``_records_lock``, with the
+    change of spec that decides, so a binding re-created meanwhile is never lost."""
 
     def __init__(
         self,
@@ -64,15 +70,15 @@ class Registrations:
         self.resolver = resolver
         self.queue = queue
         self.owned = owned
-        self.specs: dict[str, RegistrationSpec] = {}
-        self.syncs: dict[str, RepositorySync] = {}
-        self.errors: dict[str, str] = {}
-        self.reference_errors: dict[str, str] = {}  # a Secret or file that could not be used
-        self.generations: dict[str, int] = {}  # registration -> its RepositoryBinding's, newest
-        self.followed: dict[str, int | None] = {}  # registration -> the generation its sync runs
+        self.records: dict[str, Registration] = {}
+        self._records_lock = threading.Lock()
+        self.handlers: dict[Work, Callable[[str], None]] = {
+            Work.REGISTER: self.register,
+            Work.SYNC: self.run_pass,
+            Work.WRITEBACK: self.write_back,
+            Work.PLATFORM: self.sync_platform,
+        }
         self.binder_kubeconfigs: dict[tuple[str, str], str | None] = {}  # as last seen
-        self.requested: dict[str, str | None] = {}  # registration -> its newest reconcile request
-        self.locks: dict[str, threading.Lock] = {}
         self.platform: PlatformSync | None = None
         self.platform_webhook_secrets: tuple[bytes, ...] = ()
         self.poller: Poller[str] = Poller(config.poll_interval, self.ls_remote, self.source_changed)
@@ -98,8 +104,9 @@ class Registrations:
     def start(self) -> None:
         """The config file's registrations, the watches and the sources."""
         for spec in self.config.repositories:
-            self.specs[spec.name] = spec
-            self.queue.add(("register", spec.name))
+            with self._records_lock:
+                self.records[spec.name] = Registration(spec.name, ConfigEntry(), spec)
+            self.queue.add((Work.REGISTER, spec.name))
         self.bindings.start()
         self.binder_secrets.start()
         self.poller.start()
@@ -112,8 +119,9 @@ class Registrations:
         self.binder_secrets.stop()
 
     def stop_syncs(self) -> None:
-        for sync in self.syncs.values():
-            sync.stop()
+        for record in list(self.records.values()):
+            if record.sync is not None:
+                record.sync.stop()
 
     def start_platform(self, spec: PlatformSpec) -> None:
         """Register the platform repository like a repository, under a key no repository can
@@ -129,7 +137,7 @@ class Registrations:
                 self.resolver.value(spec.webhook_secret, "platform.webhookSecret", ""),
             )
         self.watch_source(PLATFORM, spec.url, spec.branch)
-        self.queue.add(("platform", PLATFORM))
+        self.queue.add((Work.PLATFORM, PLATFORM))
 
     def waiting(self) -> list[str]:
         """What keeps this replica from serving: only its own state, never a tenant's health
@@ -139,50 +147,85 @@ class Registrations:
             return ["RepositoryBindings not listed yet"]
         return []
 
+    # -- what is known ----------------------------------------------------------------------
+
+    def spec_of(self, name: str) -> RegistrationSpec | None:
+        return record.spec if (record := self.records.get(name)) is not None else None
+
+    def sync_of(self, name: str) -> Sync | None:
+        return record.sync if (record := self.records.get(name)) is not None else None
+
+    def shown(self) -> list[dict[str, Any]]:
+        """``GET /registrations``."""
+        return reporting.shown(list(self.records.values()))
+
+    def _record(self, name: str, origin: Origin) -> Registration:
+        """The record of ``name``, from ``origin`` now, new if it has none; under the lock."""
+        record = self.records.setdefault(name, Registration(name, origin))
+        record.origin = origin
+        return record
+
+    def _drop(self, record: Registration) -> None:
+        """Forget a registration that went away, unless a new spec came meanwhile."""
+        with self._records_lock:
+            if record.spec is None and self.records.get(record.name) is record:
+                del self.records[record.name]
+
     # -- work -------------------------------------------------------------------------------
 
-    def lock(self, name: str) -> threading.Lock:
-        return self.locks.setdefault(name, threading.Lock())
+    @contextmanager
+    def lock(self, name: str) -> Iterator[Registration | None]:
+        """Hold registration ``name``'s lock, with its record (None: it has none). A record is
+        dropped only under its lock, so the one held is the current one."""
+        while (record := self.records.get(name)) is not None:
+            with record.lock:
+                if self.records.get(name) is record:
+                    yield record
+                    return
+        yield None
 
     def handle(self, key: Key) -> None:
-        """One work item. A repository's items run one at a time: a restart (a new binding spec
-        or a renewed token) replaces the checkouts that its pass and write-back use."""
-        with self.lock(key[1]):
-            self._handle(key)
+        """One work item, by its kind's handler. A registration's items run one at a time (the
+        platform's one kind of item, the queue runs one at a time itself)."""
+        kind, name = Work(key[0]), key[1]
+        if kind is Work.PLATFORM:
+            self._run(kind, name, None)
+            return
+        with self.lock(name) as record:
+            if record is not None:
+                self._run(kind, name, record)
 
-    def _handle(self, key: Key) -> None:
-        kind, name = key
+    def _run(self, kind: Work, name: str, record: Registration | None) -> None:
         try:
-            if kind == "platform" and self.platform is not None:
-                result = self.platform.sync()
-                metrics.ERRORS.labels(PLATFORM, "rejected").inc(len(result.rejections))
-            elif kind == "register":
-                self.register(name)
-            elif kind == "sync" and name in self.syncs:
-                self.sync(name)
-            elif kind == "writeback" and name in self.syncs:
-                self.write_back(name)
-        except (KlutchError, KubeError) as error:
-            metrics.failed(name, kind, type(error).__name__)
-            self.failed(kind, name, str(error))
-            raise
+            self.handlers[kind](name)
         except Exception as error:
-            metrics.failed(name, kind, "internal")
-            self.failed(kind, name, repr(error))
+            known = isinstance(error, KlutchError | KubeError)  # else: "internal", and its repr
+            metrics.failed(name, kind, type(error).__name__ if known else "internal")
+            self.failed(kind, name, record, str(error) if known else repr(error))
             raise
 
-    def failed(self, kind: str, name: str, error: str) -> None:
+    def failed(self, kind: Work, name: str, record: Registration | None, error: str) -> None:
         """A failed write-back is its condition's (WrittenBack); any other failure the pass's."""
-        if kind == "writeback":
+        if kind is Work.WRITEBACK and record is not None:
             log.warning("write-back failed", extra={"repository": name, "error": error})
-            self.reporter.write_back_errors[name] = error  # the queue retries it
-            self.report(name, self.errors.get(name))
+            record.write_back_error = error  # the queue retries it
+            self.report(record)
         else:
-            self.synced(name, error)
+            log.warning("sync failed", extra={"repository": name, "error": error})
+            if record is not None:
+                self.synced(record, error)
 
-    def sync(self, name: str) -> None:
+    def sync_platform(self, _name: str) -> None:
+        if self.platform is not None:
+            result = self.platform.sync()
+            metrics.ERRORS.labels(PLATFORM, "rejected").inc(len(result.rejections))
+
+    def run_pass(self, name: str) -> None:
         """One pass, answering the newest reconcile request, and its summary line."""
-        sync, asked, started = self.syncs[name], self.requested.get(name), time.monotonic()
+        record = self.records[name]
+        sync, asked, started = record.sync, record.requested, time.monotonic()
+        if sync is None:
+            return
         failure: str | None = None
         try:
             with metrics.RECONCILE_SECONDS.labels(name).time():
@@ -193,42 +236,47 @@ class Registrations:
         finally:
             log_pass(name, sync, time.monotonic() - started, failure)
             if asked is not None:  # answered whatever the outcome, as Flux's controllers do:
-                self.reporter.handled[name] = asked  # the waiting CLI then shows why it failed
+                record.handled = asked  # the waiting CLI then shows why it failed
         metrics.pass_succeeded(name)
-        self.synced(name, None)
+        self.synced(record, None)
 
     def write_back(self, name: str) -> None:
         """A status commit; its failure is the WrittenBack condition's, retried by the queue."""
+        record = self.records[name]
+        if record.sync is None:
+            return
         with metrics.WRITE_BACK_SECONDS.labels(name).time():
-            if self.syncs[name].write_back():
+            if record.sync.write_back():
                 metrics.COMMITS.labels(name).inc()
-        self.reporter.write_back_errors.pop(name, None)
-        self.report(name, self.errors.get(name))  # lastStatusCommit, WrittenBack
+        record.write_back_error = None
+        self.report(record)  # lastStatusCommit, WrittenBack
 
     def register(self, name: str) -> None:
         """(Re)start a registration's sync from its spec, or stop it when it went away."""
-        spec = self.specs.get(name)
-        old = self.syncs.pop(name, None)
+        record = self.records[name]
+        spec, old, record.sync = record.spec, record.sync, None
         if old is not None:
             old.stop()
-        self.reporter.konnector_warnings.pop(name, None)  # a new start tells a conflict again
+        record.konnector_warning = None  # a new start tells a conflict again
         if spec is None or spec.suspend or not self.owned(name):
             self.unwatch(name)
-            self.errors.pop(name, None)
-            if spec is None or not self.owned(name):
-                self.reporter.forget(name)  # gone, or another replica's to report
-            elif spec.suspend and self.owned(name):
-                self.report(name, None)  # Suspended, and how to resume
+            record.error = None
+            if spec is not None and self.owned(name):
+                self.report(record)  # Suspended, and how to resume
+                return
+            self.reporter.forget(record)  # gone, or another replica's to report
+            if spec is None:
+                self._drop(record)
             return
-        self.followed[name] = self.generations.get(name)
+        record.followed = record.generation
         try:
-            binding = self.resolver.binding(spec)
+            connection = self.resolver.connection(spec)
         except KlutchError as error:
-            self.reference_errors[name] = error.message
+            record.reference_error = error.message
             raise
-        self.reference_errors.pop(name, None)
-        self.syncs[name] = RepositorySync(
-            binding,
+        record.reference_error = None
+        record.sync = Sync(
+            connection,
             self.config.work_dir,
             self.config.bot,
             self.config.batch_window,
@@ -236,98 +284,68 @@ class Registrations:
             self.queue.add_after,
         )
         self.watch_source(name, spec.url, spec.branch, spec.poll_interval)
-        self.queue.add(("sync", name))
+        self.queue.add((Work.SYNC, name))
 
     def release(self, name: str) -> None:
         """Stop a registration another replica takes over, after its pass or push in flight."""
-        with self.lock(name):
-            sync = self.syncs.pop(name, None)
+        with self.lock(name) as record:
+            if record is None:
+                return
+            sync, record.sync = record.sync, None
             if sync is not None:
                 sync.stop()
             self.unwatch(name)
-            self.errors.pop(name, None)
-            self.reporter.forget(name)  # the next holder reports it
+            record.error = None
+            self.reporter.forget(record)  # the next holder reports it
 
-    def synced(self, name: str, error: str | None) -> None:
-        if error is None:
-            self.errors.pop(name, None)
-        else:
-            self.errors[name] = error
-            log.warning("sync failed", extra={"repository": name, "error": error})
-        self.report(name, error)
+    def synced(self, record: Registration, error: str | None) -> None:
+        record.error = error
+        if error is not None:
+            log.warning("sync failed", extra={"repository": record.name, "error": error})
+        self.report(record)
 
     # -- RepositoryBinding status -----------------------------------------------------------
 
-    def report(self, name: str, error: str | None) -> None:
+    def report(self, record: Registration) -> None:
         """Tell a registration's status what its last pass did; nothing new, nothing written."""
-        spec = self.specs.get(name)
-        if spec is None:
-            return
-        self.reporter.report(
-            spec,
-            self.syncs.get(name),
-            generation=self.followed.get(name, self.generations.get(name)),
-            latest_generation=self.generations.get(name),
-            error=error,
-            reference_error=self.reference_errors.get(name),
-        )
-
-    def report_refused(self, obj: dict, error: KlutchError) -> None:
-        """A RepositoryBinding the reconciler will not follow (say, a file:// one stored before
-        the CRD refused it) says why in its status; written once per reason, so our own
-        status update, which comes back as an event, does not write again."""
-        meta = obj["metadata"]
-        generation = meta.get("generation")
-        self.status.write(
-            meta["namespace"],
-            meta["name"],
-            lambda old: invalid_spec_status(str(error), generation, old, conditions.now()),
-        )
+        if record.spec is not None:
+            self.reporter.report(record)
 
     # -- triggers ---------------------------------------------------------------------------
 
     def on_binding(self, event: str, obj: dict) -> None:
         meta = obj["metadata"]
-        name = registration_name(meta)
+        name, origin = registration_name(meta), BindingRef(meta["namespace"], meta["name"])
         if event == "DELETED":
-            self.specs.pop(name, None)
-            self.generations.pop(name, None)
-            self.followed.pop(name, None)
-            self.requested.pop(name, None)
+            with self._records_lock:
+                if (record := self.records.get(name)) is not None:
+                    record.went()
             self.status.forget(meta["namespace"], meta["name"])
-            self.queue.add(("register", name))
+            self.queue.add((Work.REGISTER, name))
             return
-        generation = meta.get("generation")
         try:
             spec = from_repository_binding(obj)
         except KlutchError as error:
-            self.errors[name] = str(error)
-            self.report_refused(obj, error)
-            if self.specs.pop(name, None) is not None:
-                self.queue.add(("register", name))  # stop what its former spec started
+            with self._records_lock:
+                stop = self._record(name, origin).refuse(str(error))
+            self.status.refused(meta["namespace"], meta["name"], meta.get("generation"), str(error))
+            if stop:
+                self.queue.add((Work.REGISTER, name))  # stop what its former spec started
             return
-        asked, self.requested[name] = self.requested.get(name), requested_at(obj)
         handled = (obj.get("status") or {}).get("lastHandledReconcileAt")
-        if handled is not None:  # kept across restarts until a pass answers anew
-            self.reporter.handled.setdefault(name, handled)
-        if self.specs.get(name) == spec and name in self.syncs:
-            if asked != self.requested[name] and self.requested[name] is not None:
-                self.syncs[name].trigger_fetch()  # reconcile now: fetch and pass
-            if generation is not None and generation != self.followed.get(name):
-                self.generations[name] = self.followed[name] = generation  # the same spec
-                self.queue.add(("sync", name))  # a pass reports the generation observed
-            return  # a status update of ours, or a no-op edit
-        self.specs[name] = spec
-        if generation is not None:
-            self.generations[name] = generation
-        self.queue.add(("register", name))
+        with self._records_lock:
+            work = self._record(name, origin).follow(
+                spec, meta.get("generation"), requested_at(obj), handled
+            )
+        if work is not None:
+            self.queue.add((work, name))
 
     def binder_renewed(self, namespace: str, name: str) -> None:
         """A binder Secret got a new token: restart the registrations that resolved the old one."""
-        for spec in list(self.specs.values()):
+        for spec in [r.spec for r in list(self.records.values()) if r.spec is not None]:
             ref = spec.control_plane_kubeconfig
             if ref.name == name and (ref.namespace or spec.consumer_namespace) == namespace:
-                self.queue.add(("register", spec.name))
+                self.queue.add((Work.REGISTER, spec.name))
 
     def on_binder_secret(self, event: str, obj: dict) -> None:
         """Restart on a changed kubeconfig, whether it comes as an update or, after a broken
@@ -366,13 +384,13 @@ class Registrations:
         if name == PLATFORM:
             credentials = self.platform.checkout.credentials if self.platform else None
         else:
-            sync = self.syncs.get(name)
-            credentials = sync.binding.credentials if sync else None
+            sync = self.sync_of(name)
+            credentials = sync.connection.credentials if sync else None
         return ls_remote(url, branch, credentials)
 
     def source_changed(self, name: str) -> None:
         if name == PLATFORM and self.platform is not None:
             self.platform.needs_fetch = True
-            self.queue.add(("platform", PLATFORM))
-        elif name in self.syncs:
-            self.syncs[name].trigger_fetch()
+            self.queue.add((Work.PLATFORM, PLATFORM))
+        elif (sync := self.sync_of(name)) is not None:
+            sync.trigger_fetch()

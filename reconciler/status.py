@@ -324,6 +324,16 @@ class StatusWriter:
         self.written[(namespace, name)] = status
         return status
 
+    def refused(self, namespace: str, name: str, generation: int | None, message: str) -> None:
+        """A RepositoryBinding the reconciler will not follow (say, a file:// one stored before
+        the CRD refused it) says why; written once per reason, so our own status update, which
+        comes back as an event, does not write again."""
+        self.write(
+            namespace,
+            name,
+            lambda old: invalid_spec_status(message, generation, old, conditions.now()),
+        )
+
     def forget(self, namespace: str, name: str) -> None:
         self.written.pop((namespace, name), None)
 

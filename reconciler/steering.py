@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from klutch_gitops.apis import REQUESTED_AT_ANNOTATION
+from reconciler.registration import BindingRef, Origin
 
 
 def requested_at(obj: Mapping[str, Any]) -> str | None:
@@ -17,9 +18,9 @@ def requested_at(obj: Mapping[str, Any]) -> str | None:
     return None if value in (None, "") else str(value)
 
 
-def resume_hint(binding: tuple[str, str] | None, name: str) -> str:
-    """How a person resumes a registration: the CLI for a RepositoryBinding (its namespace and
-    name), else the config."""
-    if binding is not None:
-        return f"resume with: klutch-gitops resume {'/'.join(binding)}"
+def resume_hint(origin: Origin, name: str) -> str:
+    """How a person resumes registration ``name``: the CLI for a RepositoryBinding, else the
+    config."""
+    if isinstance(origin, BindingRef):
+        return f"resume with: klutch-gitops resume {origin.namespace}/{origin.name}"
     return f"set suspend: false on repository {name} in the reconciler's config to resume"

@@ -10,7 +10,7 @@ CA stay as bind wrote them) and tells the manager, which restarts the bindings t
 The token is decoded without verifying its signature: we issued it, and its times only schedule
 the renewal. Tokens never reach logs or Events. The Secret's YAML is read within the bounds of
 ``tenant_kubeconfig.load``; the renewer connects with the admin client only, and the kubeconfig
-itself is checked strictly where a registration uses it (``reconciler.sync.binding``).
+itself is checked strictly where a registration uses it (``reconciler.sync.connection``).
 """
 
 from __future__ import annotations

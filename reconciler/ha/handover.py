@@ -31,7 +31,7 @@ from pathlib import Path
 from klutch_gitops.git.checkout import Checkout
 from klutch_gitops.git.credentials import separate
 from klutch_gitops.kube.workqueue import WorkQueue
-from reconciler.sync.repository import Key
+from reconciler.work import Key, Work
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,9 @@ PASSED_STATUS_FIELDS = ("lastAppliedCommit", "lastStatusCommit")
 
 
 class Lanes:
-    """Where registrations and passes are queued: ``register`` items on the registration queue,
-    the others on the pass queue; items of an urgent repository go to the front of either, until
-    its first pass ran here."""
+    """Where registrations and passes are queued: ``Work.REGISTER`` items on the registration
+    queue, the others on the pass queue; items of an urgent repository go to the front of
+    either, until its first pass ran here."""
 
     def __init__(
         self,
@@ -62,7 +62,7 @@ class Lanes:
         self._shut = False
 
     def queue(self, key: Key) -> WorkQueue[Key]:
-        return self.registering if key[0] == "register" else self.passes
+        return self.registering if key[0] == Work.REGISTER else self.passes
 
     def add(self, key: Key, *, first: bool = False) -> None:
         self.queue(key).add(key, first=first or self.urgent(key[1]))
@@ -78,8 +78,8 @@ class Lanes:
         """Put ``name``'s waiting registration and pass in front, and its later ones too."""
         with self._lock:
             self._urgent.setdefault(name, self._clock())
-        self.registering.promote(("register", name))
-        self.passes.promote(("sync", name))
+        self.registering.promote((Work.REGISTER, name))
+        self.passes.promote((Work.SYNC, name))
 
     def passed(self, name: str) -> None:
         """A first pass ran: the repository is an ordinary one from now on."""
@@ -172,7 +172,7 @@ class TakeOver:
         for name in first:
             self.lanes.prioritise(name)
         for name in names:
-            self.lanes.add(("register", name))
+            self.lanes.add((Work.REGISTER, name))
         for future in late:
             future.add_done_callback(lambda f, name=futures[future]: self._answered(f, name))
 

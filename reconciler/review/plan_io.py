@@ -41,7 +41,7 @@ from klutch_gitops.repository_config import from_repository_binding
 from klutch_gitops.urls import InvalidRepoURL, normalize_repo_url
 from reconciler.review import plan
 from reconciler.sync import objects
-from reconciler.sync.binding import Resolver
+from reconciler.sync.connection import Resolver
 from reconciler.sync.desired import load_desired
 
 # The spec fields Crossplane adds to every claim CRD it makes of an XRD (internal/xcrd).

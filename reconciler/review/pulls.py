@@ -3,7 +3,7 @@ follows the base branch, and post the plan as one sticky comment and a commit st
 
 A webhook only queues the request (the newest event per registration and pull request wins);
 review workers fetch the base branch and the pull request's head ref into a review clone of the
-registration (never the clone the reconciler syncs from), run ``plan`` with the binding's own
+registration (never the clone the reconciler syncs from), run ``plan`` with the registration's own
 credentials, and post with the registration's ``forgeToken`` to the forge API that its
 registered URL names (``forges.repository_api``) — only for the registrations whose own webhook
 secret verified the request. A plan that cannot be made (a merge conflict, an unreachable
@@ -29,7 +29,7 @@ from reconciler.review.forges import FORGES, Forge, ForgeError, NoForgeAPI, Stat
 from reconciler.review.plan import Plan
 from reconciler.review.plan_io import Target, run_plan
 from reconciler.review.plan_render import MAX_COMMENT, render_markdown
-from reconciler.sync.binding import Binding
+from reconciler.sync.connection import Connection
 from reconciler.triggers.webhook_events import PullRequestEvent
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class Reviewer:
 
     def __init__(
         self,
-        registrations: Callable[[], Mapping[str, Binding]],
+        registrations: Callable[[], Mapping[str, Connection]],
         work_dir: Path,
         workers: int = 2,
         transport: httpx.BaseTransport | None = None,
@@ -113,17 +113,17 @@ class Reviewer:
         queued = 0
         registrations = self.registrations()
         for name in sorted(event.registrations):
-            binding = registrations.get(name)
-            if binding is None or binding.spec.branch != event.base:
+            connection = registrations.get(name)
+            if connection is None or connection.spec.branch != event.base:
                 continue
-            if binding.forge_token is None:
+            if connection.forge_token is None:
                 log.info(
                     "pull request not planned: the registration has no forgeToken",
                     extra={"repository": name, "pull_request": event.number},
                 )
                 continue
             try:
-                self._api(event.provider, binding.spec.url, event.project_path)
+                self._api(event.provider, connection.spec.url, event.project_path)
             except NoForgeAPI as error:
                 log.warning(
                     "pull request not planned: no forge API for the registered URL",
@@ -139,38 +139,38 @@ class Reviewer:
     def handle(self, key: Key) -> None:
         with self._pending_lock:
             event = self._pending.pop(key, None)
-        binding = self.registrations().get(key[0])
-        if event is None or binding is None:
+        connection = self.registrations().get(key[0])
+        if event is None or connection is None:
             return  # planned already with a newer event, or unregistered meanwhile
         try:
             with self._clones.setdefault(key[0], threading.Lock()):
-                self.review(binding, event)
+                self.review(connection, event)
         except Exception:
             with self._pending_lock:  # retried with back-off, unless a newer event came
                 self._pending.setdefault(key, event)
             raise
 
-    def review(self, binding: Binding, event: PullRequestEvent) -> None:
-        """Plan ``event`` for ``binding`` and post comment and status; forge errors raise.
+    def review(self, connection: Connection, event: PullRequestEvent) -> None:
+        """Plan ``event`` for ``connection`` and post comment and status; forge errors raise.
 
         The commit marked is the pull request's head as fetched: when it moved on since the
         event, the newer head is planned (its own event plans it again, to the same result).
         """
-        name = binding.spec.name
-        assert binding.forge_token is not None
-        api = self._api(event.provider, binding.spec.url, event.project_path)
-        forge: Forge = FORGES[event.provider](api, binding.forge_token, self._transport)
+        name = connection.spec.name
+        assert connection.forge_token is not None
+        api = self._api(event.provider, connection.spec.url, event.project_path)
+        forge: Forge = FORGES[event.provider](api, connection.forge_token, self._transport)
         sha = event.head_sha
         try:
             clone = Checkout.open_or_clone(
-                binding.spec.url,
-                binding.spec.branch,
+                connection.spec.url,
+                connection.spec.branch,
                 self.work_dir / name / "review",
-                binding.credentials,
+                connection.credentials,
             )
             sha = clone.fetch_ref(event.head_ref)
             forge.post_status(sha, State.PENDING, context(name), "planning the merge…", None)
-            plan = run_plan(clone.root, binding.spec.branch, sha, [self._target(binding)])
+            plan = run_plan(clone.root, connection.spec.branch, sha, [self._target(connection)])
         except ForgeError:
             raise
         except (KlutchError, KubeError) as error:
@@ -193,13 +193,13 @@ class Reviewer:
         )
 
     @staticmethod
-    def _target(binding: Binding) -> Target:
-        spec = binding.spec
+    def _target(connection: Connection) -> Target:
+        spec = connection.spec
         return Target(
             name=spec.name,
             path=spec.path,
             consumer_namespace=spec.consumer_namespace,
             app_namespaces=frozenset(spec.app_namespaces),
-            control_plane=binding.control_plane,
-            app=binding.app,
+            control_plane=connection.control_plane,
+            app=connection.app,
         )

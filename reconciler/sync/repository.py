@@ -1,4 +1,4 @@
-"""Everything the reconciler does for one registered repository.
+"""The sync: everything the reconciler does for one registration, through its connection.
 
 One ``sync`` pass runs the stages in order — fetch, desired state, App Cluster, Control Plane,
 prune and finalize, status and credentials back — and schedules a write-back when what it observed
@@ -28,8 +28,8 @@ from reconciler import metrics
 from reconciler.sync import konnector
 from reconciler.sync.adoption import adopt, ahead_of_git, fetch_for, live_claims
 from reconciler.sync.apply import Source, apply_claims
-from reconciler.sync.binding import Binding
 from reconciler.sync.changes import IncrementalLoader
+from reconciler.sync.connection import Connection
 from reconciler.sync.desired import DesiredState
 from reconciler.sync.kinds import log_verdicts
 from reconciler.sync.observe import observe
@@ -39,10 +39,10 @@ from reconciler.sync.prune import finalize, prune
 from reconciler.sync.unchanged import InSync, Quiet
 from reconciler.sync.view import ClusterView
 from reconciler.sync.writeback import Mode, ObservedStatus, Schedule
+from reconciler.work import Key, Work
 
 log = logging.getLogger(__name__)
 
-Key = tuple[str, str]  # ("sync" | "writeback", repository name)
 # While a foreign konnector conflict stands, look again this often: its kubeconfig Secret may be
 # pointed at our consumer namespace without any event the reconciler watches.
 KONNECTOR_RECHECK_SECONDS = 30.0
@@ -52,38 +52,40 @@ KONNECTOR_RECHECK_SECONDS = 30.0
 APPLY_RETRY_SECONDS = 10.0
 
 
-class RepositorySync:
+class Sync:
     def __init__(
         self,
-        binding: Binding,
+        connection: Connection,
         work_dir: Path,
         bot: Bot,
         batch_window: float,
         enqueue: Callable[[Key], None],
         enqueue_after: Callable[[Key, float], None],
     ) -> None:
-        self.binding = binding
-        self.spec = binding.spec
-        self.name = binding.spec.name
-        self.bot = binding.spec.write_back.author or bot
+        self.connection = connection
+        self.spec = connection.spec
+        self.name = connection.spec.name
+        self.bot = connection.spec.write_back.author or bot
         self.batch_window = batch_window
         self._enqueue = enqueue
         self._enqueue_after = enqueue_after
         mode = Mode(self.spec.write_back.mode)
         self.external = self.spec.app_sync == "external"
         self.reader = Checkout.open_or_clone(
-            self.spec.url, self.spec.branch, work_dir / self.name / "source", binding.credentials
+            self.spec.url, self.spec.branch, work_dir / self.name / "source", connection.credentials
         )
         self.writer = Checkout.open_or_clone(
             self.spec.url,
             self.spec.write_back.branch if mode is Mode.BRANCH else self.spec.branch,
             work_dir / self.name / "write-back",
-            binding.credentials,
+            connection.credentials,
         )
         self.needs_fetch = True
         self.head: str | None = None
         self.fetch_error: str | None = None  # the last fetch failed with this
-        self.view = ClusterView(binding, self.external, lambda: self._enqueue(("sync", self.name)))
+        self.view = ClusterView(
+            connection, self.external, lambda: self._enqueue((Work.SYNC, self.name))
+        )
         self.schedule = Schedule(mode, self.name)
         self._desired: tuple[tuple, DesiredState] | None = None
         self._loader = IncrementalLoader()
@@ -100,7 +102,7 @@ class RepositorySync:
 
     def trigger_fetch(self) -> None:
         self.needs_fetch = True
-        self._enqueue(("sync", self.name))
+        self._enqueue((Work.SYNC, self.name))
 
     def stop(self) -> None:
         self.view.stop()
@@ -209,11 +211,11 @@ class RepositorySync:
         and then while a konnector conflict stands."""
         self.pending = pending
         if pending:
-            self._enqueue_after(("sync", self.name), 0.5)
+            self._enqueue_after((Work.SYNC, self.name), 0.5)
         elif retry:
-            self._enqueue_after(("sync", self.name), APPLY_RETRY_SECONDS)
+            self._enqueue_after((Work.SYNC, self.name), APPLY_RETRY_SECONDS)
         elif self.conflicts:
-            self._enqueue_after(("sync", self.name), KONNECTOR_RECHECK_SECONDS)
+            self._enqueue_after((Work.SYNC, self.name), KONNECTOR_RECHECK_SECONDS)
 
     def _load_desired(self, head: str, raw_exports: list[dict]) -> DesiredState:
         """Git's desired state, loaded again only when the commit or an export changed, and then
@@ -244,7 +246,7 @@ class RepositorySync:
         metrics.REJECTED.labels(self.name).set(documents(desired.rejections))
         source = self.schedule.source(self.head, self.reader)
         if self.schedule.plan(desired, statuses, problems, source):
-            self._enqueue_after(("writeback", self.name), self.batch_window)
+            self._enqueue_after((Work.WRITEBACK, self.name), self.batch_window)
 
     def write_back(self) -> str | None:
         """Commit what the last pass observed when it changed; note its source commit."""

@@ -20,7 +20,7 @@ from klutch_gitops.kube.informer import slim, slim_copy
 from klutch_gitops.kube.shared import Route, Subscription
 from klutch_gitops.manifests import Claim, Export
 from reconciler.sync import objects
-from reconciler.sync.binding import Binding
+from reconciler.sync.connection import Connection
 
 SERVICE_BINDINGS_CRD = f"{SERVICE_BINDINGS.plural}.{SERVICE_BINDINGS.group}"
 
@@ -84,24 +84,26 @@ class View(Protocol):
 
 
 class ClusterView:
-    """The real view: ``binding.app`` and ``binding.control_plane``, read through informers.
+    """The real view: ``connection.app`` and ``connection.control_plane``, read through informers.
 
     ``on_change`` asks for another pass; an informer calls it when what it watches changes.
-    The informers are the process's shared ones (``binding.caches``): on the App Cluster one per
+    The informers are the process's shared ones (``connection.caches``): on the App Cluster one per
     kind for every repository with the same App identity, selected by our repository label and
     routed by its value (``appSync: external`` registrations, which must see unlabelled objects,
     share one unlabelled informer per kind among themselves); on the Control Plane one per
     binding identity, kind and namespace, so never across tenants.
     """
 
-    def __init__(self, binding: Binding, external: bool, on_change: Callable[[], None]) -> None:
-        self.app = binding.app
-        self.cp = binding.control_plane
-        self.spec = binding.spec
-        self.name = binding.spec.name
+    def __init__(
+        self, connection: Connection, external: bool, on_change: Callable[[], None]
+    ) -> None:
+        self.app = connection.app
+        self.cp = connection.control_plane
+        self.spec = connection.spec
+        self.name = connection.spec.name
         self.external = external
         self._on_change = on_change
-        self.caches = binding.caches
+        self.caches = connection.caches
         self.route = Route(objects.REPOSITORY_LABEL, self.name)
         self.exports: dict[tuple[str, str], Export] = {}
         self.mapping: dict[str, str] = {}

@@ -4,7 +4,7 @@ With shards, a push for another replica's registration stamps its shard's Lease,
 request is planned where it arrives: the registrations another replica works on are resolved
 here for that (``visitors``). Anyone may name any URL in a request that is not verified yet, so
 for those only the webhook secret is read (and kept for a while, failures too), never the whole
-binding with its kubeconfigs and credentials.
+connection with its kubeconfigs and credentials.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from klutch_gitops.urls import normalize_repo_url
 from reconciler.ha.shards import ShardCoordinator
 from reconciler.registrations import PLATFORM, Registrations
 from reconciler.review.pulls import Reviewer
-from reconciler.sync.binding import Binding, Resolver
+from reconciler.sync.connection import Connection, Resolver
 from reconciler.triggers.webhook_events import PullRequestEvent, PushEvent
 
 log = logging.getLogger(__name__)
@@ -38,10 +38,10 @@ class WebhookDispatch:
         self.registrations = registrations
         self.resolver = resolver
         self.shards = shards
-        self.visitors: dict[str, Binding] = {}  # other replicas' registrations, for webhooks
+        self.visitors: dict[str, Connection] = {}  # other replicas' registrations, for webhooks
         # other replicas' webhook secrets: registration -> (spec, until, secrets)
         self.visitor_secrets: dict[str, tuple[RegistrationSpec, float, tuple[bytes, ...]]] = {}
-        self.reviewer = Reviewer(self.bindings, work_dir)
+        self.reviewer = Reviewer(self.connections, work_dir)
 
     def on_push(self, event: PushEvent) -> int:
         """A verified push: fetch the registrations whose own secret verified it and that follow
@@ -53,10 +53,10 @@ class WebhookDispatch:
             registrations.source_changed(PLATFORM)
             triggered += 1
         for name in sorted(event.registrations - {PLATFORM}):
-            spec = registrations.specs.get(name)
+            spec = registrations.spec_of(name)
             if spec is None or spec.branch != event.branch:
                 continue
-            sync = registrations.syncs.get(name)
+            sync = registrations.sync_of(name)
             if sync is not None:
                 sync.trigger_fetch()
             elif self.shards is not None and not self.shards.owns(name):
@@ -70,29 +70,32 @@ class WebhookDispatch:
         self._visit(event.registrations)
         return self.reviewer.submit(event)
 
-    def bindings(self) -> dict[str, Binding]:
+    def connections(self) -> dict[str, Connection]:
         """The registrations this replica works on, and those it resolved for a webhook that
         are still registered as they were."""
-        specs, syncs = self.registrations.specs, self.registrations.syncs
-        for name, binding in list(self.visitors.items()):
-            if name in syncs or specs.get(name) != binding.spec:
+        records = list(self.registrations.records.values())
+        ours = {r.name: r.sync.connection for r in records if r.sync is not None}
+        specs = {r.name: r.spec for r in records}
+        for name, connection in list(self.visitors.items()):
+            if name in ours or specs.get(name) != connection.spec:
                 self.visitors.pop(name, None)  # ours now, or changed: resolved again if needed
-        return {**self.visitors, **{name: sync.binding for name, sync in list(syncs.items())}}
+        return {**self.visitors, **ours}
 
     def webhook_candidates(self, urls: frozenset[str]) -> list[tuple[str, bytes]]:
         """(registration, webhook secret) for every registration of ``urls`` that has one."""
-        specs = self.registrations.specs
+        records = list(self.registrations.records.values())
+        specs = {r.name: r.spec for r in records if r.spec is not None}
         for stale in set(self.visitor_secrets) - set(specs):
             self.visitor_secrets.pop(stale, None)
         pairs = self._platform_candidates(urls)
-        for name, spec in list(specs.items()):
+        for name, spec in specs.items():
             if spec.suspend or spec.webhook_secret is None:
                 continue
             if normalize_repo_url(spec.url) not in urls:
                 continue
-            sync = self.registrations.syncs.get(name)
+            sync = self.registrations.sync_of(name)
             if sync is not None:
-                secrets = sync.binding.webhook_secrets
+                secrets = sync.connection.webhook_secrets
             elif self.shards is not None and not self.shards.owns(name):
                 secrets = self._visitor_secrets(name, spec)
             else:
@@ -138,14 +141,14 @@ class WebhookDispatch:
         if self.shards is None:
             return
         for name in sorted(names):
-            spec = self.registrations.specs.get(name)
-            if spec is None or name in self.registrations.syncs or spec.suspend:
+            spec = self.registrations.spec_of(name)
+            if spec is None or self.registrations.sync_of(name) is not None or spec.suspend:
                 continue
             visitor = self.visitors.get(name)
             if visitor is not None and visitor.spec == spec:
                 continue
             try:
-                self.visitors[name] = self.resolver.binding(spec)
+                self.visitors[name] = self.resolver.connection(spec)
             except KlutchError as error:
                 log.info(
                     "webhook for a registration that cannot be resolved",

@@ -16,7 +16,7 @@ from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
 from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import EVENTS
 from reconciler.sync import apply, events, namespaces, objects
-from reconciler.sync.repository import RepositorySync
+from reconciler.sync.repository import Sync
 
 CLAIMS = 3 * apply.APPLY_CONCURRENCY  # enough to keep both clusters' writers busy at once
 NAMES = [f"db-{i:02d}" for i in range(CLAIMS)]
@@ -27,16 +27,16 @@ def passes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """After each pass (in its worker, so before the next pass starts): how many claims the
     App namespace and the mapped Control Plane namespace hold."""
     seen: list[tuple[int, int]] = []
-    original = RepositorySync.sync
+    original = Sync.sync
 
-    def counted(sync: RepositorySync) -> None:
+    def counted(sync: Sync) -> None:
         original(sync)
         mapped = sync.view.mapping.get(sync.spec.app_namespaces[0])
-        app = sync.binding.app.list(POSTGRES, sync.spec.app_namespaces[0])[0]
-        cp = sync.binding.control_plane.list(POSTGRES, mapped)[0] if mapped else []
+        app = sync.connection.app.list(POSTGRES, sync.spec.app_namespaces[0])[0]
+        cp = sync.connection.control_plane.list(POSTGRES, mapped)[0] if mapped else []
         seen.append((len(app), len(cp)))
 
-    monkeypatch.setattr(RepositorySync, "sync", counted)
+    monkeypatch.setattr(Sync, "sync", counted)
     # the behaviour, not the bound: a loaded machine's controller may take longer than 2 s
     monkeypatch.setattr(namespaces, "MAPPING_WAIT_SECONDS", 60.0)
     return seen

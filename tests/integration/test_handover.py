@@ -25,7 +25,7 @@ from reconciler.ha.leader import LEASES
 from reconciler.ha.records import read_record
 from reconciler.ha.shards import shard_lease
 from reconciler.registrations import Registrations
-from reconciler.sync.repository import Key
+from reconciler.work import Key
 from tests.conftest import TwinNamespace
 
 from .test_shards import Replicas, converged, sharded

@@ -283,7 +283,7 @@ def test_a_changed_binder_secret_restarts_the_registration_where_it_is_held(
         )
         token = renewed["users"][0]["user"]["token"]
         restarted = replicas.running[owner].syncs[spec.name]
-        assert restarted.binding.control_plane.api.configuration.api_key["BearerToken"] == (
+        assert restarted.connection.control_plane.api.configuration.api_key["BearerToken"] == (
             f"Bearer {token}"
         )
         assert replicas.owners(spec.name) == [owner]

@@ -117,7 +117,7 @@ def test_a_tenant_never_reads_another_tenants_control_plane_cache(pair) -> None:
         view_b.cp_claim_caches[(KIND, b.mapped)].shared
     )
 
-    intruder = ClusterView(reconciler.resolver.binding(b.spec), False, lambda: None)
+    intruder = ClusterView(reconciler.resolver.connection(b.spec), False, lambda: None)
     try:
         intruder.list_exports()
         intruder.watch_kind(export)

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from klutch_gitops.kube.workqueue import WorkQueue
 from reconciler import metrics
 from reconciler.metrics import REGISTRY, QueueMetrics, exposition, label_hash
+from reconciler.work import Work
 
 # client-go's workqueue metrics, subsystem "workqueue", one label "name": kubernetes/kubernetes
 # staging/src/k8s.io/component-base/metrics/prometheus/workqueue/metrics.go (DepthKey, AddsKey,
@@ -134,8 +135,8 @@ def record_everything(name: str) -> None:
     metrics.COMMITS.labels(name).inc()
     metrics.CLAIMS.labels(name).set(3)
     metrics.REJECTED.labels(name).set(1)
-    metrics.failed(name, "writeback", "GitFailed")
-    metrics.failed(name, "sync", "internal")
+    metrics.failed(name, Work.WRITEBACK, "GitFailed")
+    metrics.failed(name, Work.SYNC, "internal")
     metrics.observe_status(name, [{"type": "Ready", "status": "True"}], suspended=False)
     metrics.pass_succeeded(name, at=1_700_000_000.0)
 

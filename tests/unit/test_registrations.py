@@ -18,6 +18,7 @@ from klutch_gitops.kube.conditions import by_type
 from klutch_gitops.manifests import Rejection
 from reconciler import metrics
 from reconciler import registrations as module
+from reconciler.registration import ConfigEntry, Registration
 from reconciler.registrations import PLATFORM, Registrations
 from reconciler.server import create_app
 from reconciler.sync.outcome import PassOutcome
@@ -55,7 +56,7 @@ class FakeQueue:
 
 
 @dataclass
-class FakeBinding:
+class FakeConnection:
     spec: RegistrationSpec
     credentials: Any = None
 
@@ -64,10 +65,10 @@ class FakeResolver:
     def __init__(self) -> None:
         self.broken: dict[str, str] = {}  # registration -> why its Secrets cannot be used
 
-    def binding(self, spec: RegistrationSpec) -> FakeBinding:
+    def connection(self, spec: RegistrationSpec) -> FakeConnection:
         if spec.name in self.broken:
             raise KlutchError(self.broken[spec.name], "fix the Secret")
-        return FakeBinding(spec)
+        return FakeConnection(spec)
 
     def credentials(self, *_args: Any) -> None:
         return None
@@ -78,7 +79,7 @@ class FakeResolver:
 
 @dataclass
 class FakeSync:
-    binding: FakeBinding
+    connection: FakeConnection
     head: str | None = None
     last_pass: PassOutcome | None = None
     pending: bool = True
@@ -118,7 +119,7 @@ class FakePlatform:
 
 @pytest.fixture
 def world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[Registrations, FakeKube]:
-    monkeypatch.setattr(module, "RepositorySync", lambda binding, *_args: FakeSync(binding))
+    monkeypatch.setattr(module, "Sync", lambda connection, *_args: FakeSync(connection))
     monkeypatch.setattr(module, "PlatformSync", lambda spec, *_args: FakePlatform(spec))
     kube = FakeKube()
     config = Config(control_plane_kubeconfig=tmp_path / "kubeconfig", work_dir=tmp_path)
@@ -163,8 +164,8 @@ def test_a_binding_is_added_updated_and_removed(world: tuple[Registrations, Fake
     registrations.on_binding("ADDED", binding())
     assert queued(registrations) == [("register", NAME)]
     registrations.handle(("register", NAME))
-    first = registrations.syncs[NAME]
-    assert registrations.followed[NAME] == 1
+    first = registrations.records[NAME].sync
+    assert registrations.records[NAME].followed == 1
     assert queued(registrations) == [("sync", NAME)]
 
     registrations.on_binding("MODIFIED", binding())  # our own status update comes back
@@ -173,14 +174,14 @@ def test_a_binding_is_added_updated_and_removed(world: tuple[Registrations, Fake
     registrations.on_binding("MODIFIED", binding("https://git.example.com/other.git", 2))
     registrations.handle(("register", NAME))
     assert first.stopped
-    assert registrations.syncs[NAME].binding.spec.url.endswith("other.git")
-    assert registrations.followed[NAME] == 2
+    second = registrations.sync_of(NAME)
+    assert second is not None and second.connection.spec.url.endswith("other.git")
+    assert registrations.records[NAME].followed == 2
     queued(registrations)
 
     registrations.on_binding("DELETED", binding())
     registrations.handle(("register", NAME))
-    assert NAME not in registrations.syncs
-    assert NAME not in registrations.specs
+    assert NAME not in registrations.records  # forgotten: one record, dropped
 
 
 def test_an_unchanged_spec_in_a_new_generation_is_reported_observed(
@@ -199,8 +200,8 @@ def test_a_refused_spec_is_reported_once(world: tuple[Registrations, FakeKube]) 
     registrations, kube = world
     refused = binding("file:///srv/team.git")
     registrations.on_binding("ADDED", refused)
-    assert NAME in registrations.errors
-    assert NAME not in registrations.specs
+    assert registrations.records[NAME].error
+    assert registrations.spec_of(NAME) is None
     [status] = kube.statuses
     ready = by_type(status)["Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
@@ -220,7 +221,7 @@ def test_status_is_written_only_when_it_changes(world: tuple[Registrations, Fake
         registrations.handle(("sync", NAME))
     assert len(kube.statuses) == 1
 
-    sync = registrations.syncs[NAME]
+    sync = registrations.records[NAME].sync
     assert isinstance(sync, FakeSync)
     sync.refusals = (Rejection("bad.yaml", "no", "yes", 0),)
     registrations.handle(("sync", NAME))
@@ -248,12 +249,12 @@ def test_config_registrations_are_shown_not_written(world: tuple[Registrations, 
         app_sync="reconciler",
         source="config",
     )
-    registrations.specs["team"] = spec
+    registrations.records["team"] = Registration("team", ConfigEntry(), spec)
     registrations.handle(("register", "team"))
     registrations.handle(("sync", "team"))
-    assert "team" in registrations.syncs
+    assert registrations.sync_of("team") is not None
     assert kube.statuses == []  # no RepositoryBinding to write to
-    [shown] = registrations.reporter.registrations()
+    [shown] = registrations.shown()
     assert (shown["name"], shown["source"]) == ("team", "config")
     assert by_type(shown["status"])["Ready"]["status"] == "True"
     assert shown["status"]["lastAppliedCommit"] == HEAD
@@ -265,7 +266,7 @@ def test_an_unusable_secret_is_reported(world: tuple[Registrations, FakeKube]) -
     registrations.on_binding("ADDED", binding())
     with pytest.raises(KlutchError):
         run(registrations)
-    assert "not usable" in registrations.errors[NAME]
+    assert "not usable" in (registrations.records[NAME].error or "")
     found = by_type(kube.statuses[-1])
     assert (found["SecretValid"]["status"], found["Stalled"]["reason"]) == (
         "False",
@@ -306,10 +307,10 @@ def test_a_released_registration_stops(world: tuple[Registrations, FakeKube]) ->
     registrations, _ = world
     registrations.on_binding("ADDED", binding())
     run(registrations)
-    sync = registrations.syncs[NAME]
+    sync = registrations.records[NAME].sync
     registrations.release(NAME)
     assert sync.stopped  # type: ignore[attr-defined]
-    assert NAME not in registrations.syncs
+    assert registrations.sync_of(NAME) is None
 
 
 def annotated(obj: dict, **annotations: str) -> dict:
@@ -332,7 +333,7 @@ def test_a_new_reconcile_request_fetches_and_is_answered(
     registrations.on_binding("ADDED", annotated(binding(), **{REQUESTED: "t1"}))
     run(registrations)
     assert kube.statuses[-1]["lastHandledReconcileAt"] == "t1"
-    sync = registrations.syncs[NAME]
+    sync = registrations.records[NAME].sync
     assert isinstance(sync, FakeSync)
 
     registrations.on_binding("MODIFIED", annotated(binding(), **{REQUESTED: "t1"}))
@@ -350,7 +351,7 @@ def test_a_suspended_binding_says_so_and_resumes(world: tuple[Registrations, Fak
     run(registrations)
     registrations.on_binding("MODIFIED", annotated(binding(), **{SUSPEND: "true"}))
     run(registrations)
-    assert NAME not in registrations.syncs  # nothing fetched, applied or written back
+    assert registrations.sync_of(NAME) is None  # nothing fetched, applied or written back
     status = kube.statuses[-1]
     found = by_type(status)
     assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("Unknown", "Suspended")
@@ -362,7 +363,7 @@ def test_a_suspended_binding_says_so_and_resumes(world: tuple[Registrations, Fak
 
     registrations.on_binding("MODIFIED", annotated(binding(), **{SUSPEND: "false"}))
     run(registrations)
-    assert registrations.syncs[NAME].passes == 1  # type: ignore[attr-defined]
+    assert registrations.records[NAME].sync.passes == 1  # type: ignore[attr-defined]
     assert by_type(kube.statuses[-1])["Ready"]["reason"] == "Synced"
     assert metrics.REGISTRY.get_sample_value("klutch_gitops_suspended", {"repository": NAME}) == 0
 
@@ -371,7 +372,7 @@ def test_a_failed_write_back_is_its_own_condition(world: tuple[Registrations, Fa
     registrations, kube = world
     registrations.on_binding("ADDED", binding())
     run(registrations)
-    sync = registrations.syncs[NAME]
+    sync = registrations.records[NAME].sync
     assert isinstance(sync, FakeSync)
     assert by_type(kube.statuses[-1])["WrittenBack"]["reason"] == "UpToDate"
     sync.write_back_error = "push refused: 403"
@@ -385,7 +386,7 @@ def test_a_failed_write_back_is_its_own_condition(world: tuple[Registrations, Fa
     assert "403" in found["WrittenBack"]["message"]
     assert found["Ready"]["reason"] == "WriteBackFailed"
     assert found["Reconciling"]["status"] == "True"  # retried
-    assert NAME not in registrations.errors  # the pass itself is fine
+    assert registrations.records[NAME].error is None  # the pass itself is fine
     failures = "klutch_gitops_write_back_failures_total"
     assert metrics.REGISTRY.get_sample_value(failures, {"repository": NAME}) == 1
     sync.write_back_error = None
@@ -406,7 +407,7 @@ def test_status_metrics_follow_the_registration(world: tuple[Registrations, Fake
     run(registrations)
     assert metrics.REGISTRY.get_sample_value("klutch_gitops_reconcile_condition", ready) is None
     assert metrics.REGISTRY.get_sample_value(last, {"repository": NAME}) is None
-    assert registrations.reporter.registrations() == []
+    assert registrations.shown() == []
 
 
 def test_every_pass_logs_one_summary_line(
@@ -429,9 +430,7 @@ def test_registrations_are_served_for_the_metrics_token_only(
     registrations.on_binding("ADDED", binding())
     run(registrations)
     token = b"metrics-token-0123456789"
-    app = create_app(
-        list, lambda urls: [], lambda e: 0, lambda e: 0, token, registrations.reporter.registrations
-    )
+    app = create_app(list, lambda urls: [], lambda e: 0, lambda e: 0, token, registrations.shown)
     with TestClient(app) as client:
         assert client.get("/registrations").status_code == 401
         wrong = client.get("/registrations", headers={"Authorization": "Bearer guess"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from reconciler.sync.binding import Resolver
+from reconciler.sync.connection import Resolver
 
 
 def test_key_files_are_owner_only_and_reused_across_restarts(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from klutch_gitops.config import RegistrationSpec, SecretRef, WriteBack
 from klutch_gitops.errors import KlutchError
 from reconciler.review.forges import State
 from reconciler.review.pulls import Reviewer, context, error_comment, marker
-from reconciler.sync.binding import Binding
+from reconciler.sync.connection import Connection
 from reconciler.triggers.webhook_events import PullRequestEvent
 
 API = "https://api.github.com/repos/org/claims"
@@ -43,9 +43,9 @@ def spec(name: str, url: str, branch: str = "main", path: str = "claims") -> Reg
     )
 
 
-def binding(spec: RegistrationSpec, token: str | None = TOKEN) -> Binding:
+def connection(spec: RegistrationSpec, token: str | None = TOKEN) -> Connection:
     """Without cluster clients: the plan runs offline, against the catalog's schemas."""
-    return Binding(spec, None, None, None, (), forge_token=token)  # type: ignore[arg-type]
+    return Connection(spec, None, None, None, (), forge_token=token)  # type: ignore[arg-type]
 
 
 def event(
@@ -68,12 +68,12 @@ def test_a_pull_request_is_queued_only_for_the_registrations_it_verified_for(
 ) -> None:
     url = "https://github.com/org/claims.git"
     registrations = {
-        "a": binding(spec("a", url)),
-        "b": binding(spec("b", "git@github.com:org/claims.git", path="other")),
-        "develop": binding(spec("develop", url, branch="develop")),
-        "no-token": binding(spec("no-token", url), token=None),
-        "local": binding(spec("local", "file:///srv/claims.git")),
-        "unverified": binding(spec("unverified", url)),
+        "a": connection(spec("a", url)),
+        "b": connection(spec("b", "git@github.com:org/claims.git", path="other")),
+        "develop": connection(spec("develop", url, branch="develop")),
+        "no-token": connection(spec("no-token", url), token=None),
+        "local": connection(spec("local", "file:///srv/claims.git")),
+        "unverified": connection(spec("unverified", url)),
     }
     reviewer = Reviewer(lambda: registrations, tmp_path)
     verified = frozenset({"a", "b", "develop", "no-token", "local", "gone"})
@@ -160,7 +160,7 @@ class Forge:
         return httpx.Response(404, json={"message": "Not Found"})
 
 
-def reviewer_for(registration: Binding, forge: Forge, tmp_path: Path) -> Reviewer:
+def reviewer_for(registration: Connection, forge: Forge, tmp_path: Path) -> Reviewer:
     transport = httpx.MockTransport(forge.handle)
     return Reviewer(
         lambda: {"team-a": registration},
@@ -177,7 +177,7 @@ def test_a_review_posts_one_comment_and_a_status_per_head(tmp_path: Path) -> Non
         "downgrade", {"claims/orders.yaml": instance("postgresql-single-nano", "  sizze: 1\n")}, 7
     )
     forge = Forge()
-    registration = binding(spec("team-a", f"file://{remote.bare}"))
+    registration = connection(spec("team-a", f"file://{remote.bare}"))
     reviewer = reviewer_for(registration, forge, tmp_path)
 
     reviewer.review(registration, event(broken))
@@ -217,7 +217,7 @@ def test_a_merge_conflict_is_posted_with_its_fix(tmp_path: Path) -> None:
     head = remote.commit("feature", {"claims/orders.yaml": instance("postgresql-single-big")}, 7)
     remote.commit("main", {"claims/orders.yaml": instance("postgresql-single-nano")})
     forge = Forge()
-    registration = binding(spec("team-a", f"file://{remote.bare}"))
+    registration = connection(spec("team-a", f"file://{remote.bare}"))
     reviewer = reviewer_for(registration, forge, tmp_path)
     reviewer.review(registration, event(head))
     (comment,) = forge.comments
@@ -236,7 +236,7 @@ def test_a_forge_failure_keeps_the_request_for_a_retry_unless_a_newer_one_came(
     head = remote.commit("feature", {"claims/orders.yaml": instance("postgresql-single-big")}, 7)
     forge = Forge()
     forge.down = True
-    registration = binding(spec("team-a", f"file://{remote.bare}"))
+    registration = connection(spec("team-a", f"file://{remote.bare}"))
     reviewer = reviewer_for(registration, forge, tmp_path)
     reviewer._pending[("team-a", 7)] = event(head)
     with pytest.raises(KlutchError, match="502"):

@@ -18,7 +18,7 @@ from reconciler.ha.handover import Lanes, TakeOver, pending, status_commits
 from reconciler.ha.leader import format_time
 from reconciler.ha.records import RECORD_ANNOTATION, read_record, unseen_push, with_record
 from reconciler.ha.shards import GROUP_LABEL, ROLE_LABEL, ShardCoordinator, shard_lease
-from reconciler.sync.repository import Key
+from reconciler.work import Key
 
 pytestmark = pytest.mark.unit
 

@@ -1,5 +1,5 @@
 """Shared informers (klutch_gitops/kube/shared.py): routing by our repository label, reference
-counting, and the identities that decide what may be shared (reconciler/sync/binding.py).
+counting, and the identities that decide what may be shared (reconciler/sync/connection.py).
 
 The fake cluster answers ``list`` and ``watch`` the way the API server's list and watch do for a
 label selector ``key`` (exists): the objects carrying the label, then the events from a queue."""
@@ -16,7 +16,7 @@ from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import SECRETS, Kube, Resource
 from klutch_gitops.kube.informer import LAST_APPLIED, slim, slim_copy
 from klutch_gitops.kube.shared import Caches, Route
-from reconciler.sync.binding import SHARED_POOL_CONNECTIONS, Resolver
+from reconciler.sync.connection import SHARED_POOL_CONNECTIONS, Resolver
 
 LABEL = "gitops.klutch.anynines.com/repository"
 CLAIMS = Resource("anynines.com", "v1", "postgresqlinstances", "PostgresqlInstance")

@@ -1,7 +1,7 @@
-"""Turn a registration (config entry or RepositoryBinding) into what a sync needs at run time:
-API clients for both clusters, Git credentials, webhook secrets, the forge API token.
+"""Turn a registration (config entry or RepositoryBinding) into its connection, what a sync needs
+at run time: API clients for both clusters, Git credentials, webhook secrets, the forge API token.
 
-References are resolved on every (re)start of a binding, so rotating a Secret and touching the
+References are resolved on every (re)start of a registration, so rotating a Secret and touching the
 RepositoryBinding is enough to pick up new credentials. Resolved secrets stay in memory only.
 """
 
@@ -35,14 +35,14 @@ SHARED_POOL_CONNECTIONS = 64
 
 
 @dataclass
-class Binding:
+class Connection:
     spec: RegistrationSpec
     app: Kube  # the App Cluster, with the registration's App kubeconfig
-    control_plane: Kube  # the Control Plane, with the binding's own least-privilege identity
+    control_plane: Kube  # the Control Plane, with the registration's own least-privilege identity
     credentials: Credentials | None
     webhook_secrets: tuple[bytes, ...]
     forge_token: str | None = None  # posts pull-request plans
-    # the process's shared informers (the Resolver's); a Binding made elsewhere shares nothing
+    # the process's shared informers (the Resolver's); a Connection made elsewhere shares nothing
     caches: Caches = field(default_factory=Caches)
 
 
@@ -109,7 +109,7 @@ class Resolver:
     def _private_file(self, prefix: str, content: str) -> Path:
         """ssh needs key files on disk: write them owner-only, outside any repository.
 
-        Named after a digest of the content, so the restarts of a binding (every token renewal,
+        Named after a digest of the content, so the restarts of a registration (every token renewal,
         every webhook visit of another replica's registration) reuse one file, not one each.
         """
         self.secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -187,7 +187,7 @@ class Resolver:
             return None
         return digest.hexdigest()
 
-    def binding(self, spec: RegistrationSpec) -> Binding:
+    def connection(self, spec: RegistrationSpec) -> Connection:
         namespace = spec.consumer_namespace
         what = f"repository {spec.name}"
         app = self.kube(spec.app_kubeconfig, f"{what}: App Cluster kubeconfig", namespace)
@@ -204,7 +204,7 @@ class Resolver:
             if spec.forge_token
             else None
         )
-        return Binding(
+        return Connection(
             spec=spec,
             app=app,
             control_plane=control_plane,
