@@ -29,6 +29,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import uvicorn
+
 from klutch_gitops.config import Config
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git.remote import ls_remote
@@ -94,7 +96,7 @@ class Reconciler:
         self.dispatch = WebhookDispatch(
             self.registrations, self.resolver, self.shards, config.work_dir
         )
-        self.server = None
+        self.server: uvicorn.Server | None = None
         self.workers: list[threading.Thread] = []
         self.work_lock = threading.Lock()
         self.leading = False  # runs the cluster-wide controllers

@@ -278,4 +278,4 @@ class _Hashed:
 
 def exposition(names: bool) -> bytes:
     """The text exposition: with the names when ``names``, hashed otherwise."""
-    return generate_latest(REGISTRY if names else _Hashed())  # type: ignore[arg-type]
+    return generate_latest(REGISTRY if names else _Hashed())

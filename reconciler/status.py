@@ -138,7 +138,9 @@ def reconciling(report: Report) -> tuple[str, str] | None:
     return None
 
 
-def ready(report: Report, blocked: tuple[str, str] | None, busy: tuple[str, str] | None) -> dict:
+def ready(
+    report: Report, blocked: tuple[str, str] | None, busy: tuple[str, str] | None
+) -> dict[str, Any]:
     """Ready: a failure first (its error is the news), then what blocks, then work under way."""
     failure = failed(report)
     if failure is not None and failure[0] in ("FetchFailed", "SyncFailed"):
@@ -234,7 +236,7 @@ def konnector_conflict(conflicts: str) -> dict[str, Any]:
     )
 
 
-def binding_status(report: Report, previous: Mapping[str, Any] | None, now: str) -> dict:
+def binding_status(report: Report, previous: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
     """The RepositoryBinding's status after ``previous``: the times of unchanged conditions kept."""
     status: dict[str, Any] = {}
     if report.suspended:
@@ -260,7 +262,7 @@ def binding_status(report: Report, previous: Mapping[str, Any] | None, now: str)
 
 def invalid_spec_status(
     message: str, generation: int | None, previous: Mapping[str, Any] | None, now: str
-) -> dict:
+) -> dict[str, Any]:
     """The status of a RepositoryBinding the reconciler will not follow: its spec says why."""
     message = message[:MESSAGE_LIMIT]
     found = [
@@ -274,7 +276,10 @@ def invalid_spec_status(
 
 
 def _replace(
-    previous: Mapping[str, Any] | None, found: list[dict], generation: int | None, now: str
+    previous: Mapping[str, Any] | None,
+    found: list[dict[str, Any]],
+    generation: int | None,
+    now: str,
 ) -> list[dict[str, Any]]:
     """``found`` as the conditions, with the times of those whose status stayed: a type not
     reported any more (KonnectorConflict before a sync runs, say) goes."""
@@ -287,17 +292,22 @@ class StatusWriter:
     """Writes RepositoryBinding statuses, each only when it differs from what was last written
     (or, before the first write, from the live one) other than in times."""
 
-    def __init__(self, kube: Kube, live: Callable[[str, str], dict | None]) -> None:
+    def __init__(self, kube: Kube, live: Callable[[str, str], dict[str, Any] | None]) -> None:
         self.kube = kube
         self.live = live  # (namespace, name) -> the RepositoryBinding as last seen
-        self.written: dict[tuple[str, str], dict] = {}
+        self.written: dict[tuple[str, str], dict[str, Any]] = {}
         self.events = EventRecorder(kube)
 
     def previous(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         known = self.written.get((namespace, name))
         return known if known is not None else (self.live(namespace, name) or {}).get("status")
 
-    def write(self, namespace: str, name: str, build: Callable[[Mapping | None], dict]) -> dict:
+    def write(
+        self,
+        namespace: str,
+        name: str,
+        build: Callable[[Mapping[str, Any] | None], dict[str, Any]],
+    ) -> dict[str, Any]:
         """Write ``build(previous status)`` unless it says what the previous one says; return it."""
         previous = self.previous(namespace, name)
         status = build(previous)

@@ -21,6 +21,7 @@ its pass is queued, and compete with it for the two cores meanwhile.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -174,7 +175,7 @@ class TakeOver:
         for name in names:
             self.lanes.add((Work.REGISTER, name))
         for future in late:
-            future.add_done_callback(lambda f, name=futures[future]: self._answered(f, name))
+            future.add_done_callback(functools.partial(self._answered, name=futures[future]))
 
     def _answered(self, future: Future[bool], name: str) -> None:
         if not future.exception() and future.result():

@@ -72,7 +72,7 @@ def lease_spec(
     """The spec that acquires or renews ``lease`` for ``identity``."""
     old = (lease or {}).get("spec") or {}
     stamp = format_time(now)
-    spec = {
+    spec: dict[str, Any] = {
         "holderIdentity": identity,
         "leaseDurationSeconds": max(1, round(duration)),
         "acquireTime": stamp,

@@ -20,6 +20,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from klutch_gitops.config import Bot
 from klutch_gitops.git.checkout import Checkout
@@ -87,7 +88,7 @@ class Sync:
             connection, self.external, lambda: self._enqueue((Work.SYNC, self.name))
         )
         self.schedule = Schedule(mode, self.name)
-        self._desired: tuple[tuple, DesiredState] | None = None
+        self._desired: tuple[tuple[str, tuple[str, ...]], DesiredState] | None = None
         self._loader = IncrementalLoader()
         self._in_sync = InSync()  # apply planning: the claims in sync as last seen
         self._quiet = Quiet()  # status mirroring: the claims that had nothing to write
@@ -186,7 +187,7 @@ class Sync:
         return self.head
 
     def _catch_up(
-        self, head: str, desired: DesiredState, raw_exports: list[dict], fetched: bool
+        self, head: str, desired: DesiredState, raw_exports: list[dict[str, Any]], fetched: bool
     ) -> tuple[str, DesiredState]:
         """Fetch once more when an App object shows the tool acted on a commit newer than the
         Git view held (unless this pass just fetched): an App event queues a pass without a
@@ -217,7 +218,7 @@ class Sync:
         elif self.conflicts:
             self._enqueue_after((Work.SYNC, self.name), KONNECTOR_RECHECK_SECONDS)
 
-    def _load_desired(self, head: str, raw_exports: list[dict]) -> DesiredState:
+    def _load_desired(self, head: str, raw_exports: list[dict[str, Any]]) -> DesiredState:
         """Git's desired state, loaded again only when the commit or an export changed, and then
         only the files the commit changed (``changes.IncrementalLoader``)."""
         exports = exports_version(raw_exports)
@@ -257,6 +258,6 @@ class Sync:
         return sha
 
 
-def exports_version(raw_exports: list[dict]) -> tuple[str, ...]:
+def exports_version(raw_exports: list[dict[str, Any]]) -> tuple[str, ...]:
     """Changes whenever an export does: their resourceVersions."""
     return tuple(sorted(e["metadata"]["resourceVersion"] for e in raw_exports))

@@ -175,7 +175,8 @@ def test_a_binding_is_added_updated_and_removed(world: tuple[Registrations, Fake
     registrations.handle(("register", NAME))
     assert first.stopped
     second = registrations.sync_of(NAME)
-    assert second is not None and second.connection.spec.url.endswith("other.git")
+    assert second is not None
+    assert second.connection.spec.url.endswith("other.git")
     assert registrations.records[NAME].followed == 2
     queued(registrations)
 
