@@ -37,6 +37,7 @@ from klutch_gitops.git.remote import ls_remote
 from klutch_gitops.kube.client import Kube, KubeError, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
+from klutch_gitops.models.registration import registration_name
 from klutch_gitops.policies import install_policies, load_policies
 from reconciler import metrics
 from reconciler.controllers.export_requests import ExportRequestController
@@ -45,7 +46,7 @@ from reconciler.controllers.tokens import TokenRenewer
 from reconciler.ha.handover import TRIAGE_SECONDS, Lanes, TakeOver, clone_head, status_commits
 from reconciler.ha.leader import LeaderElector, default_identity
 from reconciler.ha.shards import ShardCoordinator
-from reconciler.registrations import Registrations, registration_name
+from reconciler.registrations import Registrations
 from reconciler.server import create_app, serve
 from reconciler.sync.connection import Connection, Resolver
 from reconciler.sync.repository import Sync

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from klutch_gitops.config import RepositorySpec, SecretRef
+from klutch_gitops.config import RegistrationSpec, SecretRef, WriteBack
 from reconciler.registration import BindingRef, ConfigEntry, Registration
 from reconciler.registrations import Registrations
 from reconciler.steering import resume_hint
@@ -22,8 +22,25 @@ from tests.unit.test_registrations import (  # noqa: F401
 )
 
 
-def spec(url: str = "https://git.example.com/t.git") -> RepositorySpec:
-    return RepositorySpec("team", url, "c", ("t",), SecretRef(), SecretRef())
+def spec(url: str = "https://git.example.com/t.git") -> RegistrationSpec:
+    return RegistrationSpec(
+        name="team",
+        url=url,
+        consumer_namespace="c",
+        app_namespaces=("t",),
+        app_kubeconfig=SecretRef(),
+        control_plane_kubeconfig=SecretRef(),
+        branch="main",
+        path=".",
+        credentials=None,
+        webhook_secret=None,
+        forge_token=None,
+        write_back=WriteBack(mode="inline", branch="klutch-status", author=None),
+        poll_interval=None,
+        suspend=False,
+        app_sync="reconciler",
+        source="config",
+    )
 
 
 def test_forgetting_drops_the_reference_error_and_the_lock(
