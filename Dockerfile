@@ -1,17 +1,17 @@
 # The image of the reconciler and the bind API (charts/klutch-gitops runs both from it). Two ways
 # to build the same image:
 #   with Docker:        docker build -t ghcr.io/anynines/klutch-gitops:0.1.0 .
-#   without a daemon:   klutch-gitops dev image build --out dist/image   (root, Debian/Ubuntu: an
+#   without a daemon:   python -m tools.release.image build --out dist/image   (root, Debian/Ubuntu: an
 #                       OCI image layout from mmdebstrap and chroot; push it with skopeo or crane)
 # Both start from Debian bookworm slim, install the Debian packages listed in
-# klutch_gitops/dev/image/packages.txt and run klutch_gitops/dev/image/install.sh: a venv in
+# tools/release/image/packages.txt and run tools/release/image/install.sh: a venv in
 # /opt/klutch-gitops with klutch-gitops[server] from wheels pinned by requirements.lock (Python
 # 3.11, bookworm's), and the user 10001.
 # tests/unit/test_image_spec.py keeps this file and the daemonless build alike.
 ARG DEBIAN_IMAGE=debian:bookworm-slim
 FROM ${DEBIAN_IMAGE}
 
-COPY klutch_gitops/dev/image/packages.txt klutch_gitops/dev/image/install.sh /tmp/klutch-image/
+COPY tools/release/image/packages.txt tools/release/image/install.sh /tmp/klutch-image/
 RUN apt-get update \
  && sed 's/#.*//' /tmp/klutch-image/packages.txt \
     | DEBIAN_FRONTEND=noninteractive xargs apt-get install -y --no-install-recommends \
@@ -21,6 +21,7 @@ RUN apt-get update \
 # from them (--no-index), as the daemonless build does.
 COPY requirements.lock pyproject.toml README.md /tmp/klutch-image/source/
 COPY klutch_gitops /tmp/klutch-image/source/klutch_gitops
+COPY klutch_local /tmp/klutch-image/source/klutch_local
 COPY reconciler /tmp/klutch-image/source/reconciler
 COPY bind_api /tmp/klutch-image/source/bind_api
 COPY catalog /tmp/klutch-image/source/catalog

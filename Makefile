@@ -60,7 +60,7 @@ bench: bins            ## reconciler benchmarks on a dedicated local stack (benc
 	$(BIN)/python -m bench.reconciler
 
 dist: setup            ## wheels and sdists of klutch-gitops and klutch-bind, the krew archive and manifest, into dist/
-	$(BIN)/python -m klutch_gitops.dev.dist --out dist
+	$(BIN)/python -m tools.release.dist --out dist
 
 chart: bins            ## helm package charts/klutch-gitops into dist/ (push: charts/klutch-gitops/README.md)
 	@mkdir -p dist
@@ -68,7 +68,7 @@ chart: bins            ## helm package charts/klutch-gitops into dist/ (push: ch
 		package charts/klutch-gitops --destination dist/
 
 image: setup           ## the image as an OCI image layout in dist/image, without a Docker daemon (root; Debian/Ubuntu)
-	$(BIN)/klutch-gitops dev image build --out dist/image --archive dist/klutch-gitops-image.tar
+	$(BIN)/python -m tools.release.image build --out dist/image --archive dist/klutch-gitops-image.tar
 
 kind-test: bins        ## tools/kind/up.sh as a test: kind as Control Plane, image, chart, both Deployments Ready (needs Docker and kind; not in make test)
 	$(BIN)/pytest -m kind tests/kind

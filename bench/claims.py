@@ -3,7 +3,7 @@ edit moves them between."""
 
 from __future__ import annotations
 
-from klutch_gitops.dev.testkit.claims import claim
+from tests.kit.claims import claim
 
 PLANS = (
     "postgresql-single-nano",

@@ -27,13 +27,13 @@ from bench.report import Figure
 from bench.stack import Clusters
 from klutch_gitops.config import LEASE_NAME
 from klutch_gitops.dev.localstack.processes import free_port
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.git import clone_as_person, git, remote_head
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, repository_entry
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES
 from reconciler.ha.leader import LEASES
 from reconciler.ha.shards import ROLE_LABEL, shard_lease, shard_of
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.git import clone_as_person, git, remote_head
+from tests.kit.tenant import Tenant, make_tenant, repository_entry
+from tests.kit.wait import eventually
 
 SHARDS = 16
 LEASE_DURATION = 15.0  # the product's default

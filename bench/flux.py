@@ -1,5 +1,5 @@
 """The cold sync's peer: the real Flux (source-controller and kustomize-controller v1.9.6, out of
-cluster, klutch_gitops/dev/peers/flux.py) applying the same N claim files from a Git repository
+cluster, tests/kit/flux.py) applying the same N claim files from a Git repository
 into a fresh App namespace.
 
 What kustomize-controller does with them, from github.com/fluxcd/kustomize-controller@v1.9.6 and
@@ -32,12 +32,12 @@ from bench.claims import claim_files
 from bench.measure import BenchFailure, Progress, converge, count
 from bench.report import Figure
 from bench.stack import Clusters
-from klutch_gitops.dev.peers.flux import VERSION, FluxPeer, start_flux, stop_flux
-from klutch_gitops.dev.testkit.claims import POSTGRES
-from klutch_gitops.dev.testkit.git import person_clone
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES
 from tests.gitserver import running_git_server
+from tests.kit.claims import POSTGRES
+from tests.kit.flux import VERSION, FluxPeer, start_flux, stop_flux
+from tests.kit.git import person_clone
+from tests.kit.wait import eventually
 
 # Nothing polls during the measurement, and the apply is never cut short by the peers tests' 60 s
 # timeout, however slow a busy machine makes it.

@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from klutch_gitops.dev.testkit.git import git
 from klutch_gitops.kube.client import Kube, KubeError, Resource
 from klutch_gitops.kube.informer import Informer
+from tests.kit.git import git
 
 Progress = Callable[[str], None]
 

@@ -18,11 +18,11 @@ from bench.measure import Expect, Progress, converge, count, timed_push
 from bench.report import Figure
 from bench.stack import Clusters
 from bench.team import Team, kubectl, latency_figures
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.git import git, remote_head
-from klutch_gitops.dev.testkit.wait import eventually
 from reconciler.sync.notes import NOTES_REF
 from reconciler.sync.writeback import TRAILER_RECONCILER
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.git import git, remote_head
+from tests.kit.wait import eventually
 
 # Bot commits per human push before issue 15 (every push's sourceCommit in reconcile.yaml made a
 # status commit): ``--quick --only push`` of that commit with this module's count; see README.

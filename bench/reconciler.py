@@ -47,8 +47,8 @@ from bench.team import (
     measure_status,
     prepare_team,
 )
-from klutch_gitops.dev.testkit.wait import TimedOut
 from klutch_gitops.errors import KlutchError
+from tests.kit.wait import TimedOut
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 STEPS = ("cold", "push", "status", "fleet")

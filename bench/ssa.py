@@ -28,7 +28,7 @@ from kubernetes import client
 
 from bench.claims import claim_files
 from bench.measure import BenchFailure
-from klutch_gitops.dev.testkit.claims import POSTGRES
+from tests.kit.claims import POSTGRES
 
 # 8 at a time per cluster, as the reconciler writes eight at a time within a pass: the two
 # kube-apiservers and etcd share two cores, so more in flight mostly queues (their default

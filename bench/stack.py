@@ -14,9 +14,9 @@ from typing import Any
 from kubernetes import client
 
 from klutch_gitops.dev.localstack.stack import LocalStack, StackInfo
-from klutch_gitops.dev.testkit.claims import CLAIM_CRDS
 from klutch_gitops.kube.client import Kube, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds
+from tests.kit.claims import CLAIM_CRDS
 
 PR_SET_PDEATHSIG = 1
 

@@ -21,12 +21,12 @@ from bench.ssa import concurrent_apply
 from bench.stack import Clusters
 from klutch_gitops.config import Config
 from klutch_gitops.dev.localstack import binaries
-from klutch_gitops.dev.testkit.claims import POSTGRES, ready_status, write_status
-from klutch_gitops.dev.testkit.git import remote_file, remote_head
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, Kube
 from reconciler.manager import Reconciler
+from tests.kit.claims import POSTGRES, ready_status, write_status
+from tests.kit.git import remote_file, remote_head
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 DEFAULTS = Config(control_plane_kubeconfig=Path())  # the product's defaults, reported as used
 KUBECTL_COLD = "kubectl apply --server-side -f, {n} files, one cluster"

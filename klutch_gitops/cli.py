@@ -20,9 +20,9 @@ from klutch_gitops.cli_options import (
     add_conventions,
 )
 from klutch_gitops.console import err, out, run_cli
-from klutch_gitops.dev.cli import dev
 from klutch_gitops.errors import explain
 from klutch_gitops.inspect import commands as inspect_commands
+from klutch_gitops.lazy_group import lazy_typer
 from klutch_gitops.server_extra import require_server
 
 if TYPE_CHECKING:
@@ -51,7 +51,14 @@ app = ExplainingTyper(
     add_completion=False,  # 'klutch-gitops completion bash|zsh|fish' instead, as kubectl has
     context_settings={"max_content_width": HELP_WIDTH},
 )
-app.add_typer(dev, name="dev")
+# Loaded when a dev command runs: the local stack is no part of the other commands or of a Pod.
+app.add_typer(
+    lazy_typer(
+        "klutch_gitops.dev.cli:dev",
+        "The embedded local stack: etcd, two clusters (app, control-plane), Dex.",
+    ),
+    name="dev",
+)
 
 
 def main() -> None:
@@ -188,10 +195,10 @@ def local_provider(
     require_server("local-provider")
     from klutch_gitops import logs, preflight
     from klutch_gitops.config import SecretRef
-    from klutch_gitops.dev.local_provider.provider import LocalProvider, bootstrap, serve_health
     from klutch_gitops.dev.localstack.postgres import bin_dir
     from klutch_gitops.errors import KlutchError
     from klutch_gitops.settings import secret_value
+    from klutch_local.provider.provider import LocalProvider, bootstrap, serve_health
 
     if postgres_host and postgres_password_file is None:
         raise KlutchError(

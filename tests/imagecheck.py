@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from klutch_gitops.dev.image import build, spec, wheels
+from tools.release.image import build, spec, wheels
 
 VERSION = tomllib.loads((spec.ROOT / "pyproject.toml").read_text())["project"]["version"]
 

@@ -1,1 +1,1 @@
-"""What runs the product on one machine: the local stack, the local provider, demo seeding."""
+"""``klutch-gitops dev``: the local stack and demo seeding, loaded only when a dev command runs."""

@@ -14,15 +14,10 @@ from rich.table import Table
 
 from klutch_gitops.cli_options import LogLevel, LogLevelOption
 from klutch_gitops.console import err, out
-from klutch_gitops.dev.image.cli import image
 from klutch_gitops.dev.localstack import binaries, daemon
 from klutch_gitops.dev.localstack.stack import StackInfo
 
-dev = typer.Typer(
-    help="The embedded local stack: etcd, two clusters (app, control-plane), Dex.",
-    no_args_is_help=True,
-)
-dev.add_typer(image, name="image")  # klutch-gitops dev image build|run
+dev = typer.Typer()  # its help is the root app's (klutch_gitops/cli.py loads it lazily)
 
 StateDir = Annotated[
     Path,

@@ -1,5 +1,5 @@
 #!/bin/sh
-# kubectl klutch-bind, as krew installs it (packaging/krew/klutch-bind.yaml; klutch_gitops/dev/dist.py
+# kubectl klutch-bind, as krew installs it (packaging/krew/klutch-bind.yaml; tools/release/dist.py
 # puts this file, the klutch-bind and klutch-gitops wheels and requirements.lock into the archive).
 # klutch-bind is Python: the first run makes a virtual environment for this version with the
 # wheels beside this script, their dependencies pinned by constraints.txt; later runs start it.

@@ -17,7 +17,7 @@ from kubernetes import client
 
 from klutch_gitops.dev.localstack.pki import Pki
 from klutch_gitops.dev.localstack.stack import LocalStack, StackInfo
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
+from tests.kit.tenant import Tenant, make_tenant
 from tests.stack import admin_clients, running_stack
 
 from .harness import ReconcilerProcess, config_for

@@ -19,7 +19,7 @@ Start them from the test's main thread: a child dies with the thread that starte
 (PR_SET_PDEATHSIG), which is what keeps an aborted test run from leaving reconcilers behind.
 
 The checks of the end state (the remote's history, what it reports, both clusters) are the test
-kit's: klutch_gitops.dev.testkit.
+kit's: tests.kit.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ import httpx
 import yaml
 
 from klutch_gitops.dev.localstack.processes import Process
-from klutch_gitops.dev.testkit.tenant import Tenant, repository_entry
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.failpoints import DIR_ENV, ENV
+from tests.kit.tenant import Tenant, repository_entry
+from tests.kit.wait import eventually
 
 CLI = [sys.executable, "-m", "klutch_gitops.cli", "run"]
 # /readyz names what it waits for only to a request with the reconciler's metricsToken

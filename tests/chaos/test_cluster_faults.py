@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim, git_claims, is_ready
-from klutch_gitops.dev.testkit.git import commits, duplicates, lost, touching
-from klutch_gitops.dev.testkit.tenant import Tenant, mirrored, report_ready
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import Kube
+from tests.kit.claims import POSTGRES, claim, git_claims, is_ready
+from tests.kit.git import commits, duplicates, lost, touching
+from tests.kit.tenant import Tenant, mirrored, report_ready
+from tests.kit.wait import eventually
 
 from .conftest import Faults
 from .harness import ReconcilerProcess

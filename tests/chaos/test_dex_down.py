@@ -24,7 +24,6 @@ from bind_api.server import build_server
 from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.consumer import consumer_namespace
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
 from tests.integration.bindapi import (
     API,
@@ -35,6 +34,7 @@ from tests.integration.bindapi import (
     serving,
     token_args,
 )
+from tests.kit.wait import eventually
 
 from .conftest import Faults
 

@@ -10,12 +10,12 @@ import threading
 from pathlib import Path
 
 from klutch_gitops.config import Bot
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim, git_claims, is_ready
-from klutch_gitops.dev.testkit.git import commits, duplicates, git, lost, touching
-from klutch_gitops.dev.testkit.tenant import Tenant, mirrored, reconciled, report_ready
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.git.checkout import Checkout
 from reconciler.sync.writeback import write_back
+from tests.kit.claims import POSTGRES, claim, git_claims, is_ready
+from tests.kit.git import commits, duplicates, git, lost, touching
+from tests.kit.tenant import Tenant, mirrored, reconciled, report_ready
+from tests.kit.wait import eventually
 
 from .harness import ReconcilerProcess
 

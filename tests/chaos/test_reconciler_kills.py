@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from klutch_gitops.dev.testkit.claims import claim, git_claims, is_ready, live_claims
-from klutch_gitops.dev.testkit.git import commits, duplicates, git, lost, touching
-from klutch_gitops.dev.testkit.tenant import Tenant, mirrored, reconciled, report_ready
-from klutch_gitops.dev.testkit.wait import eventually
+from tests.kit.claims import claim, git_claims, is_ready, live_claims
+from tests.kit.git import commits, duplicates, git, lost, touching
+from tests.kit.tenant import Tenant, mirrored, reconciled, report_ready
+from tests.kit.wait import eventually
 
 from .harness import ReconcilerProcess
 

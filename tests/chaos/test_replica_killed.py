@@ -13,9 +13,12 @@ from kubernetes import client
 
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import claim, git_claims, is_ready
-from klutch_gitops.dev.testkit.git import commits, duplicates, lost
-from klutch_gitops.dev.testkit.tenant import (
+from klutch_gitops.kube.client import NAMESPACES, Kube
+from reconciler.ha.leader import LEASES
+from reconciler.ha.shards import ROLE_LABEL, shard_of
+from tests.kit.claims import claim, git_claims, is_ready
+from tests.kit.git import commits, duplicates, lost
+from tests.kit.tenant import (
     Tenant,
     make_tenant,
     mirrored,
@@ -23,10 +26,7 @@ from klutch_gitops.dev.testkit.tenant import (
     report_ready,
     repository_entry,
 )
-from klutch_gitops.dev.testkit.wait import eventually
-from klutch_gitops.kube.client import NAMESPACES, Kube
-from reconciler.ha.leader import LEASES
-from reconciler.ha.shards import ROLE_LABEL, shard_of
+from tests.kit.wait import eventually
 
 from .harness import ReconcilerProcess, config_for
 

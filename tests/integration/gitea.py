@@ -19,8 +19,8 @@ import pytest
 
 from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.dev.localstack.processes import Process, free_port
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.errors import KlutchError
+from tests.kit.wait import eventually
 
 USER = "klutch-admin"
 START_TIMEOUT = 60.0

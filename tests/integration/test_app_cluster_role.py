@@ -29,9 +29,6 @@ from kubernetes import client
 
 from klutch_gitops.bind.client import SERVICE_BINDINGS
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim, is_ready, ready_status, write_status
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import (
     CRDS,
     NAMESPACES,
@@ -44,6 +41,9 @@ from klutch_gitops.kube.client import (
 )
 from klutch_gitops.kube.crds import install_crds, load_crds
 from reconciler.sync.konnector import State
+from tests.kit.claims import POSTGRES, claim, is_ready, ready_status, write_status
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "app-cluster.md"

@@ -23,9 +23,9 @@ from bind_api.bindings import unbind
 from bind_api.server import serve_in_background
 from klutch_gitops.apis import API_SERVICE_EXPORTS, EXPORT_REQUESTS
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import Kube, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
+from tests.kit.wait import eventually
 
 from .bindapi import browser_config, healthy, offer, withdraw
 from .dexflows import browser, form

@@ -19,13 +19,13 @@ from klutch_gitops.bind.client import SERVICE_BINDINGS
 from klutch_gitops.binder_roles import CLUSTER_ROLES
 from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import quick_config
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.git import git
+from tests.kit.tenant import quick_config
+from tests.kit.wait import eventually
 
 from .bindapi import API, bind_api_config, cli, dev_id_token, offered_api, serving, token_args
 from .test_bindings import bare_repo

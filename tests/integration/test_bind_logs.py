@@ -17,11 +17,11 @@ import yaml
 from bind_api.server import build_server
 from klutch_gitops.bind.client import BindClient
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import NAMESPACES, Kube
 from klutch_gitops.logs import JsonFormatter
 from klutch_gitops.oidc_client import unverified_claims
+from tests.kit.wait import eventually
 
 from .bindapi import API, bind_api_config, dev_id_token, offered_api, serving
 

@@ -14,14 +14,14 @@ from kubernetes import client
 
 from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import claim
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import make_tenant, repository_binding
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import Kube, Resource
 from klutch_gitops.kube.conditions import by_type
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer
+from tests.kit.claims import claim
+from tests.kit.git import git
+from tests.kit.tenant import make_tenant, repository_binding
+from tests.kit.wait import eventually
 
 from .test_reconciler_modes import bare_repo, kubeconfig_secret, push, start
 

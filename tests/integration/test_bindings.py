@@ -23,10 +23,6 @@ from klutch_gitops.apis import (
 )
 from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import quick_config
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.exports import FAILED, SUCCEEDED
 from klutch_gitops.kube.client import CRDS, NAMESPACES, SECRETS, Kube, KubeError, api_client
@@ -34,6 +30,10 @@ from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
 from reconciler.controllers.namespaces import NamespaceController
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.git import git
+from tests.kit.tenant import quick_config
+from tests.kit.wait import eventually
 
 from .test_reconciler_modes import TEMPLATES
 

@@ -31,8 +31,8 @@ import pytest
 from kubernetes import client
 
 from klutch_gitops.catalog import load_xrds
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, Kube, KubeError, Resource
+from tests.kit.wait import eventually
 
 from .catalogstack import catalog_offered
 

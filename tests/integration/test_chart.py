@@ -31,9 +31,6 @@ from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import (
     CRDS,
     NAMESPACES,
@@ -50,6 +47,9 @@ from reconciler.sync.platform import PlatformSync
 from tests.conftest import TwinNamespace
 from tests.gitserver import GitServer
 from tests.helm import VALUE_SETS, gateway_api_crd, render
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.git import git
+from tests.kit.wait import eventually
 
 from .test_reconciler_modes import TEMPLATES
 

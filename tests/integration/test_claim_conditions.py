@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim, write_status
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import EVENTS, KubeError, Resource
 from reconciler.sync import objects
+from tests.kit.claims import POSTGRES, claim, write_status
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 PASSES = 10
 

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.git import git
 from klutch_gitops.kube.crds import install_crds, load_crds
+from tests.kit.git import git
 
 CLI = [sys.executable, "-m", "klutch_gitops.cli"]
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import EVENTS
 from reconciler.sync import apply, events, namespaces, objects
 from reconciler.sync.repository import Sync
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 CLAIMS = 3 * apply.APPLY_CONCURRENCY  # enough to keep both clusters' writers busy at once
 NAMES = [f"db-{i:02d}" for i in range(CLAIMS)]

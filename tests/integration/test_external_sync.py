@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim, ready_status
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import EVENTS, SECRETS
 from reconciler.sync import objects
+from tests.kit.claims import POSTGRES, claim, ready_status
+from tests.kit.git import git
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 from ..argocd_health import argocd_health
 

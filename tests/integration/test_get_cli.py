@@ -20,14 +20,14 @@ from typer.testing import CliRunner
 
 from klutch_gitops.apis import REQUESTED_AT_ANNOTATION
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.inspect import commands
 from klutch_gitops.inspect.claims import REPOSITORY_LABEL
 from klutch_gitops.kube.client import Kube
 from tests.gitserver import GitServer
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.git import git
+from tests.kit.wait import eventually
 
 from .test_binding_status import Bound, bound
 

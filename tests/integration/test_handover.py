@@ -17,16 +17,16 @@ from kubernetes import client
 
 import reconciler.manager as manager
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import claim
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from reconciler.ha.leader import LEASES
 from reconciler.ha.records import read_record
 from reconciler.ha.shards import shard_lease
 from reconciler.registrations import Registrations
 from reconciler.work import Key
 from tests.conftest import TwinNamespace
+from tests.kit.claims import claim
+from tests.kit.git import git
+from tests.kit.tenant import make_tenant
+from tests.kit.wait import eventually
 
 from .test_shards import Replicas, converged, sharded
 

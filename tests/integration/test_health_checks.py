@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim, write_status
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import CRDS
+from tests.kit.claims import POSTGRES, claim, write_status
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 from ..argocd_health import argocd_health
 from ..flux_health import flux_health

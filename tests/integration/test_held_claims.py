@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim, ready_status, write_status
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from reconciler.status import Report, binding_conditions
 from reconciler.sync import objects
+from tests.kit.claims import POSTGRES, claim, ready_status, write_status
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 pytestmark = pytest.mark.integration
 

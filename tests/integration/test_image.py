@@ -1,7 +1,7 @@
-"""The daemonless image build, end to end: ``klutch-gitops dev image build`` makes the Debian root
-filesystem with mmdebstrap (installing mmdebstrap first when missing; cached after the first
-build), installs the wheels under chroot and writes an OCI image layout; the test then starts the
-image as a runtime would and checks the layout as a registry client would (tests/imagecheck.py).
+"""The daemonless image build, end to end: ``python -m tools.release.image build`` makes the
+Debian root filesystem with mmdebstrap (installing mmdebstrap first when missing; cached after the
+first build), installs the wheels under chroot and writes an OCI image layout; the test then starts
+the image as a runtime would and checks the layout as a registry client would (tests/imagecheck.py).
 Building it twice to the same bytes, containerd loading it as kind does, and the Dockerfile
 building the same image run in the runtimes tier (tests/runtimes, ``make runtimes-test``).
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.dev.image import rootfs, runtime, spec
 from tests.imagecheck import VERSION, Builds, built_image, check_layout
+from tools.release.image import rootfs, runtime, spec
 
 # What the image must hold beyond `version`: the server extra and the catalog the reconciler
 # applies at start (package data of the wheel).

@@ -34,12 +34,12 @@ import pytest
 import yaml
 from kubernetes import client
 
-from klutch_gitops.dev import dist
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
 from klutch_gitops.kube.client import Kube
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.tenant import Tenant, make_tenant
+from tools.release import dist
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = dist.version()
@@ -137,7 +137,8 @@ def test_the_wheels_carry_the_catalog_and_nothing_of_the_checkout(release: Relea
     assert any(n.startswith("klutch_gitops/_catalog/compositions/a8s/") for n in names)
     assert "bind_api/templates/base.html" in names
     assert {n.split("/")[0] for n in names} == {
-        "klutch_gitops", "reconciler", "bind_api", f"klutch_gitops-{VERSION}.dist-info",
+        "klutch_gitops", "klutch_local", "reconciler", "bind_api",
+        f"klutch_gitops-{VERSION}.dist-info",
     }  # fmt: skip
     requires = meta.get_all("Requires-Dist")
     base = [r for r in requires if "extra ==" not in r]
@@ -162,7 +163,8 @@ def test_the_sdists_build_the_same_wheels(release: Release) -> None:
         names = [n.split("/", 1)[1] for n in sdist.getnames() if "/" in n]
     assert any(n.startswith("catalog/xrds/") for n in names)
     assert "pyproject.toml" in names
-    assert not [n for n in names if n.startswith(("tests/", ".venv/", "dist/", "bench/", ".git/"))]
+    outside = ("tests/", "tools/", ".venv/", "dist/", "bench/", ".git/")
+    assert not [n for n in names if n.startswith(outside)]
     with tarfile.open(release.one("klutch_bind-*.tar.gz")) as sdist:
         names = [n.split("/", 1)[1] for n in sdist.getnames() if "/" in n]
     assert {"pyproject.toml", "README.md"} <= set(names)

@@ -50,9 +50,6 @@ from kubernetes import client
 from bind_api.bindings import BINDER_SECRET, cluster_binding, secret
 from klutch_gitops.apis import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, CLUSTER_BINDINGS
 from klutch_gitops.bind.client import SERVICE_BINDINGS
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim, ready_status
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import (
     CRDS,
     NAMESPACES,
@@ -65,6 +62,9 @@ from klutch_gitops.kube.client import (
 from klutch_gitops.kube.crds import install_crds, load_crds
 from reconciler.manager import Reconciler
 from reconciler.sync.app_crds import owned_by_binding
+from tests.kit.claims import POSTGRES, claim, ready_status
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 BOUND = "klutch.anynines.com/bound"
 DOWNSTREAM_FINALIZER = "klutch.anynines.com/syncer"

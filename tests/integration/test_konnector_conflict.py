@@ -34,15 +34,15 @@ from klutch_gitops.apis import REPOSITORY_BINDINGS, mapped_namespace
 from klutch_gitops.bind.client import SERVICE_BINDINGS
 from klutch_gitops.consumer import bind_consumer, binder_kubeconfig
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import CLAIM_CRDS, POSTGRES, claim
-from klutch_gitops.dev.testkit.git import person_clone
-from klutch_gitops.dev.testkit.tenant import make_tenant, quick_config, repository_binding
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import EVENTS, NAMESPACES, SECRETS, Kube
 from klutch_gitops.kube.crds import install_crds, load_crds
 from reconciler.manager import Reconciler
 from reconciler.sync.konnector import State
 from tests.gitserver import GitServer
+from tests.kit.claims import CLAIM_CRDS, POSTGRES, claim
+from tests.kit.git import person_clone
+from tests.kit.tenant import make_tenant, quick_config, repository_binding
+from tests.kit.wait import eventually
 
 API = "postgresqlinstances.anynines.com"
 KLUTCH_BIND = "klutch-bind"

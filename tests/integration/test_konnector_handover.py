@@ -20,12 +20,12 @@ import pytest
 
 from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import FIELD_MANAGER, Kube, KubeError, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds
 from reconciler.sync.objects import REPOSITORY_LABEL
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 from .test_konnector import API, KLUTCH_BIND, SERVICE_BINDINGS, Konnector, provide
 from .test_konnector import app_binding as app_binding  # a fixture

@@ -48,11 +48,11 @@ from klutch_gitops.apis import API_SERVICE_EXPORTS, EXPORT_REQUESTS
 from klutch_gitops.bind.client import SERVICE_BINDINGS as API_SERVICE_BINDINGS
 from klutch_gitops.consumer import recorded_groups
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.exports import FAILED, SUCCEEDED
 from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, KubeError, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
 from reconciler.controllers.export_requests import ExportRequestController
+from tests.kit.wait import eventually
 
 from .bindapi import browser_config, dev_id_token, healthy, offer, withdraw
 from .dexflows import browser

@@ -18,13 +18,13 @@ from kubernetes import client
 from klutch_gitops.config import Config, LeaderElection
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import Kube
 from reconciler.ha.leader import LEASES, LeaderElector, format_time
 from reconciler.ha.shards import GROUP_LABEL, ROLE_LABEL, ShardCoordinator, member_lease
 from reconciler.manager import STANDBY, Reconciler
 from tests.conftest import TwinNamespace
 from tests.helm import VALUE_SETS, render
+from tests.kit.wait import eventually
 
 from .test_chart import by_component, identity, kubectl, local_values
 

@@ -13,10 +13,10 @@ import pytest
 from kubernetes import client
 from psycopg import sql
 
-from klutch_gitops.dev.local_provider.api import PROVIDER_CONFIGS
 from klutch_gitops.dev.localstack.postgres import PostgresInfo
 from klutch_gitops.dev.localstack.stack import LOCAL_PROVIDER_CONFIG, StackInfo
 from klutch_gitops.kube.client import Kube
+from klutch_local.provider.api import PROVIDER_CONFIGS
 
 pytestmark = pytest.mark.crossplane
 

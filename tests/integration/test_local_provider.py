@@ -18,7 +18,10 @@ import psycopg
 import pytest
 from kubernetes import client
 
-from klutch_gitops.dev.local_provider.api import (
+from klutch_gitops.dev.localstack.postgres import PostgresInfo
+from klutch_gitops.dev.localstack.stack import LOCAL_PROVIDER_CONFIG, StackInfo
+from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, Resource
+from klutch_local.provider.api import (
     BACKUPS,
     DATABASES,
     EXTERNAL_NAME,
@@ -28,11 +31,8 @@ from klutch_gitops.dev.local_provider.api import (
     USERS,
     conditions_of,
 )
-from klutch_gitops.dev.local_provider.provider import POLL_INTERVAL, bootstrap
-from klutch_gitops.dev.localstack.postgres import PostgresInfo
-from klutch_gitops.dev.localstack.stack import LOCAL_PROVIDER_CONFIG, StackInfo
-from klutch_gitops.dev.testkit.wait import eventually
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, Resource
+from klutch_local.provider.provider import POLL_INTERVAL, bootstrap
+from tests.kit.wait import eventually
 
 pytestmark = pytest.mark.crossplane
 

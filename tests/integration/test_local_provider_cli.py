@@ -18,7 +18,11 @@ import psycopg
 import pytest
 from kubernetes import client
 
-from klutch_gitops.dev.local_provider.api import (
+from klutch_gitops.dev.localstack.postgres import PostgresInfo
+from klutch_gitops.dev.localstack.processes import Process, cmdline
+from klutch_gitops.dev.localstack.stack import LOCAL_PROVIDER_CONFIG, LocalStack, StackInfo
+from klutch_gitops.kube.client import SECRETS, Kube
+from klutch_local.provider.api import (
     DATABASES,
     FIELD_MANAGER,
     IN_USE_FINALIZER,
@@ -26,11 +30,7 @@ from klutch_gitops.dev.local_provider.api import (
     conditions_of,
     load_crds,
 )
-from klutch_gitops.dev.localstack.postgres import PostgresInfo
-from klutch_gitops.dev.localstack.processes import Process, cmdline
-from klutch_gitops.dev.localstack.stack import LOCAL_PROVIDER_CONFIG, LocalStack, StackInfo
-from klutch_gitops.dev.testkit.wait import eventually
-from klutch_gitops.kube.client import SECRETS, Kube
+from tests.kit.wait import eventually
 
 pytestmark = pytest.mark.crossplane
 

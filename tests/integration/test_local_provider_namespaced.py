@@ -20,7 +20,10 @@ import psycopg
 import pytest
 from kubernetes import client
 
-from klutch_gitops.dev.local_provider.api import (
+from klutch_gitops.dev.localstack.postgres import PostgresInfo
+from klutch_gitops.dev.localstack.stack import LOCAL_PROVIDER_CONFIG, StackInfo
+from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, Resource
+from klutch_local.provider.api import (
     BACKUPS,
     CLUSTER_PROVIDER_CONFIGS,
     DATABASES,
@@ -33,10 +36,7 @@ from klutch_gitops.dev.local_provider.api import (
     conditions_of,
     namespaced,
 )
-from klutch_gitops.dev.localstack.postgres import PostgresInfo
-from klutch_gitops.dev.localstack.stack import LOCAL_PROVIDER_CONFIG, StackInfo
-from klutch_gitops.dev.testkit.wait import eventually
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, Resource
+from tests.kit.wait import eventually
 
 pytestmark = pytest.mark.crossplane
 

@@ -1,7 +1,7 @@
 """The namespaced-XR flavour end to end on the stack's Crossplane 2: the XRDs and Compositions of
 catalog/namespaced, a PostgresqlInstance, a ServiceBinding, a Backup and a Restore in a namespace
 (the catalog's examples), composed by function-klutch-local
-(klutch_gitops/dev/function/namespaced.py) into namespaced managed resources that the stack's
+(klutch_local/function/namespaced.py) into namespaced managed resources that the stack's
 local provider makes real on its PostgreSQL.
 
 Crossplane 2 places a namespaced XR's composed resources in its namespace, controlled by it
@@ -23,12 +23,12 @@ import pytest
 import yaml
 from kubernetes import client
 
-from klutch_gitops.dev.local_provider.api import BACKUPS as BACKUPS_MR
-from klutch_gitops.dev.local_provider.api import DATABASES, USERS, conditions_of, namespaced
 from klutch_gitops.dev.localstack.postgres import PostgresInfo
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import CRDS, NAMESPACES, SECRETS, Kube, Resource
+from klutch_local.provider.api import BACKUPS as BACKUPS_MR
+from klutch_local.provider.api import DATABASES, USERS, conditions_of, namespaced
+from tests.kit.wait import eventually
 
 pytestmark = pytest.mark.crossplane
 

@@ -16,14 +16,14 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import Kube, api_client
 from reconciler.review.plan import Action, Outcome
 from reconciler.review.plan_io import Target, run_plan
 from reconciler.sync import objects
+from tests.kit.claims import POSTGRES
+from tests.kit.git import git
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 from .catalogstack import GROUP, TRANSITION, local_claim_crds, local_instance
 

@@ -21,11 +21,11 @@ from kubernetes import client
 
 from klutch_gitops.config import GitCredentialsRef, PlatformSpec, SecretRef
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.tenant import make_tenant, quick_config
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import Kube, Resource
 from reconciler.manager import Reconciler
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.tenant import make_tenant, quick_config
+from tests.kit.wait import eventually
 
 from .test_git_writeback import GitHttp, QuietHandler
 from .test_reconciler_modes import bare_repo, never, push

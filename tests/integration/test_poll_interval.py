@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.git.remote import ls_remote
 from reconciler.manager import Reconciler
 from reconciler.triggers.sources import JITTER, Poller
 from tests.gitserver import GitServer
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 GLOBAL = 3600.0  # the config file's pollInterval: nothing is polled again during the test
 OWN = 2.0  # the fast registration's own pollInterval

@@ -14,11 +14,11 @@ from kubernetes import client
 
 from klutch_gitops.config import GitCredentialsRef, SecretRef
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import WEBHOOK_SECRET, Origin, Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from reconciler.review.pulls import context, marker
+from tests.kit.claims import POSTGRES
+from tests.kit.git import git
+from tests.kit.tenant import WEBHOOK_SECRET, Origin, Tenant, make_tenant
+from tests.kit.wait import eventually
 
 from .catalogstack import TRANSITION, local_claim_crds, local_instance
 from .gitea import Gitea, running_gitea

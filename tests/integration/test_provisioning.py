@@ -23,10 +23,10 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import CRDS, SECRETS, Kube, Resource
 from reconciler.manager import Reconciler
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 from .catalogstack import (
     LINE_IDS,

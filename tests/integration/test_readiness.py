@@ -19,13 +19,13 @@ from kubernetes import client
 
 from klutch_gitops.config import SecretRef
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.tenant import WEBHOOK_SECRET, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.conditions import by_type
 from reconciler.manager import Reconciler
 from tests.conftest import TwinNamespace
 from tests.gitserver import GitServer
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.tenant import WEBHOOK_SECRET, make_tenant
+from tests.kit.wait import eventually
 
 from .test_leader_election import settings
 from .test_reconciler_modes import bare_repo, push

@@ -24,10 +24,6 @@ from klutch_gitops.config import Config, PlatformSpec
 from klutch_gitops.config_file import load_config
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, report_ready, repository_binding
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import CRDS, Kube, KubeError, Resource
 from reconciler.manager import Reconciler
 from reconciler.sync import objects
@@ -35,6 +31,10 @@ from reconciler.sync.notes import NOTES_REF
 from reconciler.sync.platform import PLATFORM_LABEL, source_id
 from reconciler.sync.writeback import TRAILER_RECONCILER
 from tests.gitserver import GitServer
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.git import git
+from tests.kit.tenant import Tenant, make_tenant, report_ready, repository_binding
+from tests.kit.wait import eventually
 
 HUMAN = "Human Developer"
 BOT = "klutch-gitops[bot]"

@@ -26,14 +26,14 @@ from klutch_gitops.config import Config, LeaderElection, RegistrationSpec, Secre
 from klutch_gitops.consumer import binder_kubeconfig
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import WEBHOOK_SECRET, Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from reconciler.ha.leader import LEASES
 from reconciler.ha.shards import FETCH_ANNOTATION, ROLE_LABEL, shard_lease, shard_of
 from reconciler.manager import Reconciler
 from tests.conftest import TwinNamespace
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.git import git
+from tests.kit.tenant import WEBHOOK_SECRET, Tenant, make_tenant
+from tests.kit.wait import eventually
 
 from .test_token_renewal import write_binder_secret
 

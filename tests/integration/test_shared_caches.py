@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, quick_config
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import SECRETS, KubeError
 from reconciler.manager import Reconciler
 from reconciler.sync.view import ClusterView
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.tenant import Tenant, make_tenant, quick_config
+from tests.kit.wait import eventually
 
 KIND = f"{POSTGRES.plural}.{POSTGRES.group}"
 

@@ -15,9 +15,9 @@ from kubernetes import client
 
 from klutch_gitops.apis import REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.wait import eventually
 from tests.gitserver import GitServer
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.wait import eventually
 
 from .test_binding_status import Bound, bound
 from .test_reconciler_modes import push

@@ -18,13 +18,13 @@ from typer.testing import CliRunner
 from klutch_gitops.apis import REPOSITORY_BINDINGS, REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION
 from klutch_gitops.binder_roles import CLUSTER_ROLES
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, repository_binding
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.inspect import commands
 from klutch_gitops.kube.client import NAMESPACES, ROLEBINDINGS, Kube, KubeError, api_client
 from klutch_gitops.policies import install_policies, load_policies
 from tests.helm import VALUE_SETS, render
+from tests.kit.tenant import Tenant, make_tenant, repository_binding
+from tests.kit.wait import eventually
 
 URL = "https://git.example/team.git"
 

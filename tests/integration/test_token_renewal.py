@@ -24,15 +24,15 @@ from klutch_gitops.apis import (
 from klutch_gitops.config import TokenRenewal
 from klutch_gitops.consumer import FIELD_MANAGER, SERVICE_ACCOUNTS, binder_kubeconfig
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import quick_config
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import EVENTS, NAMESPACES, SECRETS, Kube, KubeError, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
 from reconciler.controllers.tokens import INVALID_REASON, TokenRenewer, TokenTimes, token_times
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.git import git
+from tests.kit.tenant import quick_config
+from tests.kit.wait import eventually
 
 from .test_bindings import POSTGRES_API, bind_repository, request
 from .test_reconciler_modes import TEMPLATES

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, report_ready
-from klutch_gitops.dev.testkit.wait import eventually
 from reconciler.sync.notes import NOTES_REF
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.git import git
+from tests.kit.tenant import Tenant, make_tenant, report_ready
+from tests.kit.wait import eventually
 
 BOT = "klutch-gitops[bot]"
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.dev.image import build, spec
 from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.errors import KlutchError
+from tools.release.image import build, spec
 
 TOOLS = spec.ROOT / "tools" / "kind"
 VERSION = tomllib.loads((spec.ROOT / "pyproject.toml").read_text())["project"]["version"]

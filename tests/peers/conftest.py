@@ -12,9 +12,9 @@ from kubernetes import client
 
 from klutch_gitops.dev.localstack.stack import StackInfo
 from tests.gitserver import GitServer
+from tests.kit.flux import FluxPeer, start_flux, stop_flux
 
 from .argocd import VERSION, ArgoPeer, start_argocd, stop_argocd
-from .flux import FluxPeer, start_flux, stop_flux
 
 
 @pytest.fixture(scope="session")

@@ -17,11 +17,11 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, report_ready
-from klutch_gitops.dev.testkit.wait import TimedOut, eventually
 from klutch_gitops.kube.client import EVENTS, Kube
 from reconciler.sync import objects
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.tenant import Tenant, make_tenant, report_ready
+from tests.kit.wait import TimedOut, eventually
 
 from .argocd import ArgoPeer
 

@@ -1,5 +1,5 @@
 """``appSync: external`` with the real Flux: source-controller and kustomize-controller v1.9.6
-(tests/peers/flux.py) apply a tenant's claims to the App Cluster while an in-process reconciler
+(tests/kit/flux.py) apply a tenant's claims to the App Cluster while an in-process reconciler
 adopts, mirrors and writes status back.
 
 What Flux does, from kustomize-controller@v1.9.6 internal/controller/kustomization_controller.go:
@@ -20,13 +20,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim, is_ready
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, report_ready
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import EVENTS
 from reconciler.sync import objects
-
-from .flux import FluxPeer, condition
+from tests.kit.claims import POSTGRES, claim, is_ready
+from tests.kit.flux import FluxPeer, condition
+from tests.kit.tenant import Tenant, make_tenant, report_ready
+from tests.kit.wait import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.peers]
 

@@ -1,4 +1,4 @@
-"""Deletions with the real Flux (tests/peers/flux.py): issue 16, defects 4 and 6.
+"""Deletions with the real Flux (tests/kit/flux.py): issue 16, defects 4 and 6.
 
 What kustomize-controller v1.9.6 does here (internal/controller/kustomization_controller.go):
 ``prune`` sends a DELETE for what left the source and does not wait; an object back in the
@@ -19,14 +19,13 @@ import pytest
 import yaml
 from kubernetes import config
 
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim, ready_status, write_status
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.inspect.claims import row
 from klutch_gitops.kube.client import EVENTS, Kube
 from reconciler.sync import objects
-
-from .flux import FluxPeer
+from tests.kit.claims import POSTGRES, claim, ready_status, write_status
+from tests.kit.flux import FluxPeer
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.peers]
 

@@ -1,4 +1,4 @@
-"""Progress with the real Flux (tests/peers/flux.py): issue 16, defect 5.
+"""Progress with the real Flux (tests/kit/flux.py): issue 16, defect 5.
 
 kustomize-controller v1.9.6 with ``wait: true`` and ``healthCheckExprs`` checks the objects of
 its inventory with fluxcd/pkg runtime/cel (status_evaluator.go): a top-level
@@ -25,13 +25,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim, ready_status, write_status
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from reconciler.manager import Reconciler
-
-from .flux import FluxPeer
+from tests.kit.claims import POSTGRES, claim, ready_status, write_status
+from tests.kit.flux import FluxPeer
+from tests.kit.git import git
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.peers]
 

@@ -1,6 +1,6 @@
 """What makes the reconciler look at Git when the real Flux acts on a commit it has not fetched
 (defect 2 of issue 16): with the global poll interval at an hour and no webhook, a claim pushed to
-Git and applied by kustomize-controller v1.9.6 (tests/peers/flux.py) is adopted within seconds,
+Git and applied by kustomize-controller v1.9.6 (tests/kit/flux.py) is adopted within seconds,
 and a deletion-protected claim Flux prunes is held, not taken for one that is back in Git.
 
 The reconciler's remote is the same repository over HTTPS (tests/gitserver.py), as Flux reads
@@ -22,13 +22,12 @@ from pathlib import Path
 import pytest
 
 from klutch_gitops.apis import DELETION_PROTECTION
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim, is_ready
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant, report_ready
-from klutch_gitops.dev.testkit.wait import eventually
 from reconciler.sync import objects
 from tests.integration.test_poll_interval import quiet
-
-from .flux import FluxPeer
+from tests.kit.claims import POSTGRES, claim, is_ready
+from tests.kit.flux import FluxPeer
+from tests.kit.tenant import Tenant, make_tenant, report_ready
+from tests.kit.wait import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.peers]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from klutch_gitops.dev.image import rootfs, spec
 from tests.imagecheck import VERSION, Builds, built_image, check_layout
+from tools.release.image import rootfs, spec
 
 
 def containerd(state: Path, cleanup: list[Callable[[], Any]]) -> list[str]:

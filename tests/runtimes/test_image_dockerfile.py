@@ -1,8 +1,8 @@
 """The Dockerfile still builds, and builds the image the daemonless build makes: built here
 without a Docker daemon by buildah (Debian's package, installed when missing; ``buildah bud``
 reads Dockerfiles and .dockerignore as ``docker build`` does), FROM the cached Debian base of
-``klutch-gitops dev image build`` standing in for ``debian:bookworm-slim``, which cannot be pulled
-here. The result must start, print the version, carry the same config as the daemonless image
+``python -m tools.release.image build`` standing in for ``debian:bookworm-slim``, which cannot be
+pulled here. The result must start, print the version, carry the same config as the daemonless image
 (image-spec config.md fields) and hold exactly the locked Python closure.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.dev.image import rootfs, runtime, spec
+from tools.release.image import rootfs, runtime, spec
 
 VERSION = tomllib.loads((spec.ROOT / "pyproject.toml").read_text())["project"]["version"]
 BASE = "localhost/debian:bookworm-slim"

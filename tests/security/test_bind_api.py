@@ -27,11 +27,11 @@ from klutch_gitops.consumer import (
     legacy_consumer_namespace,
 )
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
 from klutch_gitops.oidc_client import unverified_claims
 from klutch_gitops.serving import REQUEST_SECONDS
 from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving
+from tests.kit.wait import eventually
 
 
 @dataclass(frozen=True)

@@ -38,12 +38,12 @@ from klutch_gitops.config import SecretRef
 from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
 from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
 from tests.integration.bindapi import serving
 from tests.integration.dexflows import browser
 from tests.integration.test_bind_browser import CliCallback, choices, log_in, start
+from tests.kit.wait import eventually
 
 POSTGRES = "postgresqlinstances.anynines.com"
 

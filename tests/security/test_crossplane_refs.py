@@ -32,8 +32,6 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import (
     CRDS,
     NAMESPACES,
@@ -44,6 +42,8 @@ from klutch_gitops.kube.client import (
     api_client,
 )
 from tests.integration.catalogstack import clusterrole_step, conditions
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 pytestmark = pytest.mark.crossplane
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import WEBHOOK_SECRET, Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import SECRETS
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.git import git
+from tests.kit.tenant import WEBHOOK_SECRET, Tenant, make_tenant
+from tests.kit.wait import eventually
 
 
 @pytest.fixture

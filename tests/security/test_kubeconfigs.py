@@ -29,14 +29,14 @@ from kubernetes import client
 from bind_api.server import build_server
 from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import claim
-from klutch_gitops.dev.testkit.tenant import quick_config, repository_binding
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
 from klutch_gitops.kube.crds import install_crds, load_crds
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer
 from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving
+from tests.kit.claims import claim
+from tests.kit.tenant import quick_config, repository_binding
+from tests.kit.wait import eventually
 from tests.security.listener import Listener, listening
 
 VICTIM_TOKEN = "victim-forge-token-0123456789"  # what tokenFile would have sent away

@@ -37,10 +37,6 @@ from bind_api.server import build_server
 from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.consumer import consumer_namespace
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.claims import POSTGRES, claim
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import quick_config, repository_binding
-from klutch_gitops.dev.testkit.wait import eventually
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git.checkout import Checkout
 from klutch_gitops.git.credentials import Credentials, git_environment, ssh_command
@@ -50,6 +46,10 @@ from klutch_gitops.kube.crds import install_crds, load_crds
 from klutch_gitops.oidc_client import unverified_claims
 from reconciler.manager import Reconciler
 from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving
+from tests.kit.claims import POSTGRES, claim
+from tests.kit.git import git
+from tests.kit.tenant import quick_config, repository_binding
+from tests.kit.wait import eventually
 
 CRD_NAME = "repositorybindings.gitops.klutch.anynines.com"
 

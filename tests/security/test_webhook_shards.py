@@ -25,12 +25,12 @@ from kubernetes import client
 from klutch_gitops.config import Config, LeaderElection, SecretRef
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.tenant import Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from reconciler.ha.leader import LEASES
 from reconciler.ha.shards import FETCH_ANNOTATION, shard_lease, shard_of
 from reconciler.manager import Reconciler
 from tests.conftest import TwinNamespace
+from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.wait import eventually
 
 SHARDS = 8
 SECRETS = {"a": b"tenant-a-webhook-secret", "b": b"tenant-b-webhook-secret"}

@@ -29,13 +29,13 @@ from kubernetes import client
 
 from klutch_gitops.config import GitCredentialsRef, RegistrationSpec, SecretRef
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.dev.testkit.git import git
-from klutch_gitops.dev.testkit.tenant import Origin, Tenant, make_tenant
-from klutch_gitops.dev.testkit.wait import eventually
 from reconciler import metrics
 from reconciler.manager import Reconciler
 from reconciler.review.pulls import context, marker
 from tests.integration.gitea import Gitea, running_gitea
+from tests.kit.git import git
+from tests.kit.tenant import Origin, Tenant, make_tenant
+from tests.kit.wait import eventually
 from tests.security.listener import Listener, listening
 
 A_SECRET = b"tenant-a-webhook-secret"

@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import typer.main
 import yaml
+from typer._click import Context
+from typer.core import TyperGroup
 from typer.testing import CliRunner
 
 from klutch_gitops import __version__
@@ -40,10 +42,13 @@ BIN = Path(sys.executable).parent
 
 
 def walk(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
-    """(path of names, command) for every click command of the tree, groups included."""
+    """(path of names, command) for every click command of the tree, groups included (through
+    ``list_commands``, which loads a lazy group such as ``dev``)."""
     yield path, command
-    for name, sub in sorted(getattr(command, "commands", {}).items()):
-        yield from walk(sub, (*path, name))
+    if isinstance(command, TyperGroup):
+        context = Context(command)
+        for name in sorted(command.list_commands(context)):
+            yield from walk(command.get_command(context, name), (*path, name))
 
 
 @functools.cache

@@ -35,8 +35,8 @@ from packaging.utils import canonicalize_name
 from setuptools import find_namespace_packages
 
 from klutch_gitops import catalog, server_extra
-from klutch_gitops.dev import dist
 from klutch_gitops.errors import KlutchError
+from tools.release import dist
 
 ROOT = Path(__file__).resolve().parents[2]
 ROOT_PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from klutch_gitops.dev.image import build, spec
-from klutch_gitops.dev.image.layout import write_archive, write_layout
 from klutch_gitops.errors import KlutchError
+from tools.release.image import build, spec
+from tools.release.image.layout import write_archive, write_layout
 
 pytestmark = pytest.mark.unit
 

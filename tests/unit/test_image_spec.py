@@ -1,6 +1,6 @@
-"""The Dockerfile and the daemonless build (``klutch-gitops dev image build``) make the same image:
-the same Debian suite and packages (one list, klutch_gitops/dev/image/packages.txt, read by both),
-the same install script, entry point, command, user, environment, ports and labels."""
+"""The Dockerfile and the daemonless build (``python -m tools.release.image build``) make the same
+image: the same Debian suite and packages (one list, tools/release/image/packages.txt, read by
+both), the same install script, entry point, command, user, environment, ports and labels."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.dev.image import rootfs, spec, wheels
 from klutch_gitops.errors import KlutchError
+from tools.release.image import rootfs, spec, wheels
 
 pytestmark = pytest.mark.unit
 
@@ -58,7 +58,7 @@ def test_the_dockerfile_starts_from_the_same_debian_suite() -> None:
 def test_both_paths_install_the_one_package_list() -> None:
     copies = " ".join(arguments("COPY"))
     runs = " ".join(arguments("RUN"))
-    assert "klutch_gitops/dev/image/packages.txt" in copies
+    assert "tools/release/image/packages.txt" in copies
     assert "xargs apt-get install -y --no-install-recommends" in runs
     assert "klutch-image/packages.txt" in runs
     command = rootfs.mmdebstrap_command("mmdebstrap", spec.packages(), AMD64, Path("out.tar"))
@@ -72,7 +72,7 @@ def test_both_paths_install_the_one_package_list() -> None:
 
 
 def test_both_paths_run_the_one_install_script_on_the_locked_wheels() -> None:
-    assert "klutch_gitops/dev/image/install.sh" in " ".join(arguments("COPY"))
+    assert "tools/release/image/install.sh" in " ".join(arguments("COPY"))
     [install] = [run for run in arguments("RUN") if "install.sh" in run]
     assert "requirements.lock" in install  # tests/unit/test_chart.py asks for it too
     assert "pip download --no-deps --only-binary=:all:" in install
@@ -115,7 +115,7 @@ def test_docker_build_sees_what_the_dockerfile_copies() -> None:
 
 def test_the_dockerfile_copies_every_package_the_wheel_holds() -> None:
     copied = {args.split()[0] for args in arguments("COPY")}
-    for package in ("klutch_gitops", "reconciler", "bind_api", "catalog"):
+    for package in ("klutch_gitops", "klutch_local", "reconciler", "bind_api", "catalog"):
         assert package in copied
 
 

@@ -19,10 +19,10 @@ import yaml
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from klutch_gitops.dev.function import composers, registry
-from klutch_gitops.dev.function.composers import CompositionError
-from klutch_gitops.dev.function.registry import compose
-from klutch_gitops.dev.function.server import run
+from klutch_local.function import composers, registry
+from klutch_local.function.composers import CompositionError
+from klutch_local.function.registry import compose
+from klutch_local.function.server import run
 
 pytestmark = pytest.mark.unit
 

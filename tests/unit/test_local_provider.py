@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from klutch_gitops.dev.local_provider import api, database, user
-from klutch_gitops.dev.local_provider.api import ReconcileError
-from klutch_gitops.dev.local_provider.backup import dump_file
-from klutch_gitops.dev.local_provider.managed import trigger
-from klutch_gitops.dev.local_provider.providerconfig import finalizers_for
-from klutch_gitops.dev.local_provider.restore import restored
-from klutch_gitops.dev.local_provider.server import Server, server_from
 from klutch_gitops.dev.localstack import postgres
 from klutch_gitops.dev.localstack.postgres import PostgresPaths
 from klutch_gitops.errors import KlutchError
+from klutch_local.provider import api, database, user
+from klutch_local.provider.api import ReconcileError
+from klutch_local.provider.backup import dump_file
+from klutch_local.provider.managed import trigger
+from klutch_local.provider.providerconfig import finalizers_for
+from klutch_local.provider.restore import restored
+from klutch_local.provider.server import Server, server_from
 
 CLI = [sys.executable, "-m", "klutch_gitops.cli"]
 SERVER = Server("127.0.0.1", 5433, "postgres", "pw", None, Path("/bin"))

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from klutch_gitops.dev.local_provider import api, crds, database
-from klutch_gitops.dev.local_provider.server import secret_ref, server_from
+from klutch_local.provider import api, crds, database
+from klutch_local.provider.server import secret_ref, server_from
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +32,7 @@ def mr(namespace: str | None = "team-a", name: str = "orders", **spec: Any) -> d
 def test_the_committed_namespaced_crds_are_generated_from_the_cluster_ones() -> None:
     committed = {p.name: p.read_text() for p in api.NAMESPACED_CRD_DIR.glob("*.yaml")}
     generated = {name: crds.render(crd) for name, crd in crds.generate().items()}
-    assert committed == generated, "run: python -m klutch_gitops.dev.local_provider.crds"
+    assert committed == generated, "run: python -m klutch_local.provider.crds"
 
 
 def test_namespaced_crds_follow_crossplane_2() -> None:

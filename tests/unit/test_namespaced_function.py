@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from klutch_gitops.dev.function import namespaced
-from klutch_gitops.dev.function.composers import CompositionError
-from klutch_gitops.dev.local_provider import api
+from klutch_local.function import namespaced
+from klutch_local.function.composers import CompositionError
+from klutch_local.provider import api
 
 pytestmark = pytest.mark.unit
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from klutch_gitops.dev.testkit.git import BOT, Commit, duplicates, touching
-from klutch_gitops.dev.testkit.wait import TimedOut, eventually
+from tests.kit.git import BOT, Commit, duplicates, touching
+from tests.kit.wait import TimedOut, eventually
 
 
 def test_eventually_returns_the_first_truthy_answer_and_retries_assertions() -> None:

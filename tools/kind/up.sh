@@ -2,7 +2,7 @@
 # kind as the Control Plane Cluster, with klutch-gitops installed from its chart and image.
 #   tools/kind/up.sh                  docker build the image, then create, load, install, wait
 #   KLUTCH_IMAGE_ARCHIVE=image.tar tools/kind/up.sh
-#                                     load an archive of `klutch-gitops dev image build --archive`
+#                                     load an archive of `python -m tools.release.image build --archive`
 #                                     (the daemonless build) instead of building with Docker
 # Needs docker (a running daemon), kind, kubectl and helm on PATH (`make bins` builds kubectl and
 # helm into ~/.cache/klutch-gitops/bin/). tools/kind/down.sh deletes the cluster.

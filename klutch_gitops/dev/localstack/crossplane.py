@@ -13,7 +13,7 @@ Only ``KUBECONFIG`` has no flag (controller-runtime reads it from the environmen
 
 Compositions are function pipelines (Crossplane 2 has no Resources mode), and no function package
 can be pulled here, so the stack serves the local backend's function itself
-(klutch_gitops/dev/function) on loopback and registers it the way Crossplane finds a function:
+(klutch_local/function) on loopback and registers it the way Crossplane finds a function:
 its function runner dials the ``status.endpoint`` of the Active FunctionRevision labelled
 ``pkg.crossplane.io/package: <function>`` (internal/xfn/function_runner.go ``getClientConn``,
 1.20 and 2.4 alike). Core runs with ``--package-runtime=External``, so no Deployment is made for
@@ -255,7 +255,7 @@ def spawn_function(launcher: Launcher, paths: CrossplanePaths, port: int) -> Pro
     argv = [
         sys.executable,
         "-m",
-        "klutch_gitops.dev.function",
+        "klutch_local.function",
         f"--address=127.0.0.1:{port}",
         f"--tls-dir={paths.function_tls}",
     ]

@@ -1,1 +1,0 @@
-"""The real GitOps tools the reconciler runs beside, for the peers tests and the benchmark."""

@@ -1,0 +1,1 @@
+"""Tooling run from a source checkout (``python -m tools.…``); in no wheel."""

@@ -1,0 +1,1 @@
+"""Release tooling: the wheels, sdists and krew archive (``dist``) and the image (``image``)."""
