@@ -110,8 +110,8 @@ def recorded_groups(namespace: Mapping[str, Any] | None) -> tuple[list[str], lis
 
 
 def binder_role(
-    namespace: str, consumer: str, rules: list[dict], labels: dict[str, str] | None = None
-) -> list[tuple[Resource, dict]]:
+    namespace: str, consumer: str, rules: list[dict[str, Any]], labels: dict[str, str] | None = None
+) -> list[tuple[Resource, dict[str, Any]]]:
     """A Role named ``klutch-binder`` in ``namespace``, bound to the consumer's ServiceAccount."""
     meta = {"name": BINDER, "namespace": namespace, **({"labels": labels} if labels else {})}
     return [

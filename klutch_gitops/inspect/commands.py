@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -130,7 +130,7 @@ def _registrations(
 
 def _list(
     cluster: Cluster, want_claims: bool, namespace: str | None
-) -> tuple[Resource, list[dict], Callable[[], Iterator[dict]]]:
+) -> tuple[Resource, list[dict[str, Any]], Callable[[], Iterator[dict[str, Any]]]]:
     """(the resource a refusal names, the objects, their changes from the list on)."""
     from klutch_gitops.apis import REPOSITORY_BINDINGS
     from klutch_gitops.inspect import claims
@@ -161,7 +161,7 @@ def _list(
     )
 
 
-def _order(obj: dict) -> tuple[str, str]:
+def _order(obj: dict[str, Any]) -> tuple[str, str]:
     return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 
 

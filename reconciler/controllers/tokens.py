@@ -159,7 +159,11 @@ class TokenRenewer:
         self._renew(key, secret, kubeconfig, user)
 
     def _renew(
-        self, key: SecretKey, secret: dict, kubeconfig: dict[str, Any], user: dict[str, Any]
+        self,
+        key: SecretKey,
+        secret: dict[str, Any],
+        kubeconfig: dict[str, Any],
+        user: dict[str, Any],
     ) -> None:
         namespace, name = key
         token = binder_token(self.admin, namespace, int(self.settings.lifetime))
@@ -197,7 +201,7 @@ class TokenRenewer:
         with contextlib.suppress(KeyError):  # never set for this Secret
             metrics.BINDER_TOKEN_EXPIRY.remove("/".join(key))
 
-    def _report_invalid(self, key: SecretKey, secret: dict, error: KlutchError) -> None:
+    def _report_invalid(self, key: SecretKey, secret: dict[str, Any], error: KlutchError) -> None:
         """Log and record a Warning Event once per version of the Secret; others carry on."""
         version = secret["metadata"].get("resourceVersion", "")
         if self._reported.get(key) == version:
