@@ -132,7 +132,7 @@ def _list(
     cluster: Cluster, want_claims: bool, namespace: str | None
 ) -> tuple[Resource, list[dict[str, Any]], Callable[[], Iterator[dict[str, Any]]]]:
     """(the resource a refusal names, the objects, their changes from the list on)."""
-    from klutch_gitops.apis import REPOSITORY_BINDINGS
+    from klutch_gitops.apis import REPOSITORY_BINDINGS, REPOSITORY_LABEL
     from klutch_gitops.inspect import claims
     from klutch_gitops.inspect.access import CALL_ERRORS, refused
     from klutch_gitops.inspect.watch import changes, merged_changes
@@ -144,7 +144,7 @@ def _list(
             found, versions = claims.list_claims(cluster.kube, namespace)
         except CALL_ERRORS as error:
             raise refused(error, "list", kinds, namespace) from None
-        label = claims.REPOSITORY_LABEL
+        label = REPOSITORY_LABEL
         return kinds, found, lambda: merged_changes(cluster.kube, versions, namespace, label)
     try:
         items, version = cluster.kube.list(REPOSITORY_BINDINGS, namespace)

@@ -62,7 +62,8 @@ def slim(obj: dict[str, Any]) -> dict[str, Any]:
     meta = cut_managed_fields(obj).get("metadata")
     if isinstance(meta, dict):
         meta.pop("creationTimestamp", None)
-    return interned(obj)
+    slimmed: dict[str, Any] = interned(obj)
+    return slimmed
 
 
 def slim_copy(obj: dict[str, Any]) -> dict[str, Any]:

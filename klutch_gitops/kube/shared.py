@@ -25,6 +25,9 @@ from klutch_gitops.kube.informer import Handler, Informer, Transform, object_key
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, name)
+# What makes two subscriptions share an informer: identity, resource, namespace, selector, the
+# label routed by, transform.
+SharedKey = tuple[str, Resource, str | None, str | None, str | None, Transform]
 # A shared informer lists every repository's objects: in pages of this many (client-go's pager
 # default), each slimmed before the next is read, so a relist never holds all of them whole.
 LIST_PAGE_SIZE = 500
@@ -105,7 +108,7 @@ class Subscription:
     def __init__(
         self,
         registry: Caches,
-        key: tuple,
+        key: SharedKey,
         shared: SharedInformer,
         route: str | None,
         handler: Handler,
@@ -140,7 +143,7 @@ class Caches:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._shared: dict[tuple, SharedInformer] = {}
+        self._shared: dict[SharedKey, SharedInformer] = {}
         self._started = 0  # numbers the informers' names: an identity is a secret's digest
 
     def subscribe(
@@ -161,7 +164,7 @@ class Caches:
         informer selects (``label_selector``)."""
         selector = route.label if route is not None else label_selector
         label = route.label if route is not None else None
-        key = (kube.identity, resource, namespace, selector, label, transform)
+        key: SharedKey = (kube.identity, resource, namespace, selector, label, transform)
         with self._lock:
             shared = self._shared.get(key)
             if shared is None:

@@ -12,14 +12,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from klutch_gitops.apis import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES
+from klutch_gitops.apis import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, REPOSITORY_LABEL
 from klutch_gitops.bind.client import SERVICE_BINDINGS
 from klutch_gitops.kube.client import CRDS, SECRETS, KubeError, Resource
 from klutch_gitops.kube.events import WARNING, EventRecorder
 from klutch_gitops.kube.informer import slim, slim_copy
 from klutch_gitops.kube.shared import Route, Subscription
 from klutch_gitops.manifests import Claim, Export
-from reconciler.sync import objects
 from reconciler.sync.binding import Binding
 
 SERVICE_BINDINGS_CRD = f"{SERVICE_BINDINGS.plural}.{SERVICE_BINDINGS.group}"
@@ -104,7 +103,7 @@ class ClusterView:
         self.external = external
         self._on_change = on_change
         self.caches = binding.caches
-        self.route = Route(objects.REPOSITORY_LABEL, self.name)
+        self.route = Route(REPOSITORY_LABEL, self.name)
         self.exports: dict[tuple[str, str], Export] = {}
         self.mapping: dict[str, str] = {}
         self.app_claim_caches: dict[str, Subscription] = {}  # plural.group -> informer
