@@ -89,4 +89,4 @@ format: setup
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info dist
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info dist

@@ -160,7 +160,9 @@ class Checked(GroupedMetadata):
     string type whose ``check`` returns (message, fix) for a bad value, else None; ``schema`` is
     the JSON Schema it publishes. pydantic unpacks it into a validator and that schema."""
 
-    def __init__(self, check: Callable[[str], tuple[str, str] | None], schema: dict[str, Any]):
+    def __init__(
+        self, check: Callable[[str], tuple[str, str] | None], schema: dict[str, Any]
+    ) -> None:
         self.check = check
         self.schema = schema
 
@@ -177,8 +179,8 @@ class Checked(GroupedMetadata):
 
 
 def checked(check: Callable[[str], tuple[str, str] | None], schema: dict[str, Any]) -> Any:
-    """``Annotated[str, Checked(check, schema)]`` built at run time, which mypy cannot read as a
-    type: the modules still using it are left to issue 28's schema work, then it goes."""
+    """``Annotated[str, Checked(check, schema)]`` built at run time, which mypy reads as Any:
+    write that ``Annotated`` form instead where the type is to be checked."""
     return Annotated[str, Checked(check, schema)]
 
 
