@@ -1,7 +1,8 @@
 # The entry points people type. Each target installs what it needs itself.
 #   make run    the local stack (etcd, app + control-plane clusters, Dex, Crossplane) and the
 #               reconciler on the example repositories
-#   make test   every test tier that CI runs, against the real local stack
+#   make test   the type check, then every test tier that CI runs, against the real local stack
+#   make lint   ruff (lint and format) and the type check (mypy, configured in pyproject.toml)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -11,7 +12,7 @@ SETUP  := $(VENV)/.setup-done
 DEBIAN_PACKAGES := slapd postgresql redis-server
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debian-packages bins run down status test unit integration chaos security bench lint format dist chart image kind-test runtimes-test clean
+.PHONY: setup debian-packages bins run down status typecheck test unit integration chaos security bench lint format dist chart image kind-test runtimes-test clean
 
 $(SETUP): pyproject.toml packaging/klutch-bind/pyproject.toml requirements.lock
 	@test -x /usr/sbin/slapd && test -x /usr/bin/redis-server \
@@ -41,7 +42,10 @@ down: setup
 status: setup
 	$(BIN)/klutch-gitops dev status
 
-test: bins             ## unit + integration tests (CI runs exactly this)
+typecheck: setup       ## mypy --strict on klutch_gitops/, reconciler/ and bind_api/ ([tool.mypy] in pyproject.toml)
+	$(BIN)/mypy
+
+test: bins typecheck   ## the type check, then unit + integration tests (CI runs exactly this)
 	$(BIN)/pytest
 
 unit: setup
@@ -76,7 +80,7 @@ kind-test: bins        ## tools/kind/up.sh as a test: kind as Control Plane, ima
 runtimes-test: setup   ## the image in containerd (as kind loads it) and the Dockerfile under buildah (root; not in make test)
 	$(BIN)/pytest -m runtimes tests/runtimes
 
-lint: setup
+lint: typecheck        ## ruff check, ruff format --check and the type check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
@@ -85,4 +89,4 @@ format: setup
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info dist
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info dist

@@ -40,8 +40,9 @@ def create_app(
         ["operation", "outcome"],
         registry=app.state.registry,
     )
-    app.add_exception_handler(RequestValidationError, invalid_request)
-    app.add_exception_handler(KlutchError, klutch_error)
+    # Starlette types a handler as taking any Exception; each is only called with its own class.
+    app.add_exception_handler(RequestValidationError, invalid_request)  # type: ignore[arg-type]
+    app.add_exception_handler(KlutchError, klutch_error)  # type: ignore[arg-type]
     app.include_router(ops.router)
     app.include_router(api.router)
     if login is not None:

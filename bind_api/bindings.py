@@ -89,7 +89,9 @@ class BindingResult:
 # -- templates --------------------------------------------------------------------------------
 
 
-def match_templates(templates: Iterable[dict], apis: Iterable[str]) -> dict[str, dict]:
+def match_templates(
+    templates: Iterable[dict[str, Any]], apis: Iterable[str]
+) -> dict[str, dict[str, Any]]:
     """The template for each requested API, or one error naming what is not offered."""
     by_api = offered(templates)
     missing = [api for api in apis if api not in by_api]
@@ -104,7 +106,7 @@ def match_templates(templates: Iterable[dict], apis: Iterable[str]) -> dict[str,
 
 def find_templates(
     admin: Kube, apis: Iterable[str], namespace: str | None = None
-) -> dict[str, dict]:
+) -> dict[str, dict[str, Any]]:
     """Templates of both groups (in ``namespace``, or all), keyed by the requested API."""
     return match_templates(list_templates(admin, namespace), list(apis))
 

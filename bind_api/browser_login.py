@@ -126,4 +126,5 @@ def exchange_code(login: BrowserLogin, code: str, verifier: str) -> str:
         raise FlowError(
             400, f"the issuer did not exchange the code: {detail}", "start again from the CLI"
         )
-    return body["id_token"]
+    token: str = body["id_token"]
+    return token

@@ -3,11 +3,12 @@
 ``bind_api.app.create_app`` fills the state once (config, Control Plane client, verifier,
 metrics, and the browser flow's parts); the routers stay module-level and take what they use as
 ``Annotated`` parameters, so a test builds the app with fakes instead of patching modules.
+Starlette's state is untyped, so each getter names the type of what it reads.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, cast
 
 from fastapi import Depends, Header, HTTPException, Request
 from fastapi.templating import Jinja2Templates
@@ -23,21 +24,21 @@ ISSUER_RETRY_AFTER = int(REFETCH_INTERVAL)  # seconds: how often the issuer's ke
 
 
 def get_config(request: Request) -> BindApiConfig:
-    return request.app.state.config
+    return cast(BindApiConfig, request.app.state.config)
 
 
 def get_admin(request: Request) -> Kube:
     """The bind API's own identity on the Control Plane."""
-    return request.app.state.admin
+    return cast(Kube, request.app.state.admin)
 
 
 def get_registry(request: Request) -> CollectorRegistry:
-    return request.app.state.registry
+    return cast(CollectorRegistry, request.app.state.registry)
 
 
 def get_requests(request: Request) -> Counter:
     """``klutch_bind_requests_total`` by operation and outcome."""
-    return request.app.state.requests
+    return cast(Counter, request.app.state.requests)
 
 
 def get_caller(
@@ -53,7 +54,7 @@ def get_caller(
             headers={"WWW-Authenticate": "Bearer"},
         )
     try:
-        return request.app.state.verifier.verify(token.strip())
+        return cast(Principal, request.app.state.verifier.verify(token.strip()))
     except IssuerUnavailable as error:
         raise HTTPException(
             503,
@@ -68,16 +69,16 @@ def get_caller(
 
 
 def get_login(request: Request) -> BrowserLogin:
-    return request.app.state.login
+    return cast(BrowserLogin, request.app.state.login)
 
 
 def get_ledger(request: Request) -> SessionLedger:
     """The used bind sessions on the Control Plane: a replayed ``POST /bind`` binds nothing."""
-    return request.app.state.ledger
+    return cast(SessionLedger, request.app.state.ledger)
 
 
 def get_pages(request: Request) -> Jinja2Templates:
-    return request.app.state.pages
+    return cast(Jinja2Templates, request.app.state.pages)
 
 
 Config = Annotated[BindApiConfig, Depends(get_config)]

@@ -45,7 +45,7 @@ def export_request(namespace: str, template: Mapping[str, Any]) -> dict[str, Any
     }
 
 
-def apply_export(admin: Kube, namespace: str, template: dict) -> str:
+def apply_export(admin: Kube, namespace: str, template: dict[str, Any]) -> str:
     """Apply the request, answer it with an export (or without one), and return its phase."""
     body = export_request(namespace, template)
     name = body["metadata"]["name"]

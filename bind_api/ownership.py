@@ -72,7 +72,7 @@ def check_limit(owned: int, limit: int | None) -> None:
 
 def choose_namespace(
     admin: Kube, subject: str, cluster_id: str, prefix: str
-) -> tuple[str, dict | None]:
+) -> tuple[str, dict[str, Any] | None]:
     """The consumer namespace of this identity and its live object, if any.
 
     A consumer bound under the old 40-bit name keeps it when that namespace carries exactly this

@@ -190,7 +190,7 @@ def remaining(admin: Kube, consumer: str) -> list[str]:
     return left
 
 
-def _list_or_none(admin: Kube, resource: Resource, namespace: str) -> list[dict]:
+def _list_or_none(admin: Kube, resource: Resource, namespace: str) -> list[dict[str, Any]]:
     """The objects, or none when the kind is not installed (or the namespace just went)."""
     try:
         return admin.list(resource, namespace)[0]

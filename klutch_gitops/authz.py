@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 ALLOWED_GROUPS_ANNOTATION = "gitops.klutch.anynines.com/allowed-groups"
 EVERYONE = "*"
@@ -20,7 +21,7 @@ class Decision:
     reason: str
 
 
-def allowed_groups(template: Mapping, default: Sequence[str]) -> tuple[str, ...]:
+def allowed_groups(template: Mapping[str, Any], default: Sequence[str]) -> tuple[str, ...]:
     """The groups a template admits: its annotation (comma-separated), else the default."""
     annotations = (template.get("metadata") or {}).get("annotations") or {}
     raw = annotations.get(ALLOWED_GROUPS_ANNOTATION)
@@ -30,7 +31,7 @@ def allowed_groups(template: Mapping, default: Sequence[str]) -> tuple[str, ...]
 
 
 def may_bind(
-    template: Mapping, api: str, groups: Iterable[str], default: Sequence[str]
+    template: Mapping[str, Any], api: str, groups: Iterable[str], default: Sequence[str]
 ) -> Decision:
     admitted = allowed_groups(template, default)
     caller = set(groups)

@@ -33,7 +33,8 @@ def _roles() -> dict[str, dict[str, Any]]:
 
 def load_cluster_role(name: str) -> dict[str, Any]:
     """The named ClusterRole from the catalog (a fresh copy each call)."""
-    return yaml.safe_load(yaml.safe_dump(_roles()[name]))
+    role: dict[str, Any] = yaml.safe_load(yaml.safe_dump(_roles()[name]))
+    return role
 
 
 def ensure_cluster_role(kube: Kube, name: str) -> None:

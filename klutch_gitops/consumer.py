@@ -98,7 +98,7 @@ def recorded_groups(namespace: Mapping[str, Any] | None) -> tuple[list[str], lis
         BIND_GROUPS_ANNOTATION
     )
     try:
-        value = json.loads(raw) if raw else None
+        value: Any = json.loads(raw) if raw else None
         groups, default = value["groups"], value["defaultAllowedGroups"]
     except (ValueError, TypeError, KeyError):
         return None
@@ -110,8 +110,8 @@ def recorded_groups(namespace: Mapping[str, Any] | None) -> tuple[list[str], lis
 
 
 def binder_role(
-    namespace: str, consumer: str, rules: list[dict], labels: dict[str, str] | None = None
-) -> list[tuple[Resource, dict]]:
+    namespace: str, consumer: str, rules: list[dict[str, Any]], labels: dict[str, str] | None = None
+) -> list[tuple[Resource, dict[str, Any]]]:
     """A Role named ``klutch-binder`` in ``namespace``, bound to the consumer's ServiceAccount."""
     meta = {"name": BINDER, "namespace": namespace, **({"labels": labels} if labels else {})}
     return [
@@ -252,7 +252,7 @@ def bind_consumer(
 
 def binder_token(admin: Kube, namespace: str, seconds: int = TOKEN_SECONDS) -> str:
     """A bounded TokenRequest token for ``klutch-binder``; the reconciler renews it in time."""
-    return (
+    status = (
         client.CoreV1Api(admin.api)
         .create_namespaced_service_account_token(
             BINDER,
@@ -261,8 +261,12 @@ def binder_token(admin: Kube, namespace: str, seconds: int = TOKEN_SECONDS) -> s
                 spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=seconds)
             ),
         )
-        .status.token
+        .status
     )
+    # The API server answers a TokenRequest with its token.
+    assert status is not None
+    assert status.token is not None
+    return status.token
 
 
 def binder_kubeconfig(admin: Kube, namespace: str, seconds: int = TOKEN_SECONDS) -> dict[str, Any]:

@@ -27,10 +27,10 @@ def template_api(template: Mapping[str, Any]) -> str:
     return f"{selector.get('resource', '')}.{selector.get('group', '')}"
 
 
-def offered(templates: Iterable[dict]) -> dict[str, dict]:
+def offered(templates: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The template of every API offered; the first by namespace and name wins, so the pick is
     stable."""
-    by_api: dict[str, dict] = {}
+    by_api: dict[str, dict[str, Any]] = {}
     for template in sorted(
         templates, key=lambda t: (t["metadata"].get("namespace", ""), t["metadata"]["name"])
     ):
@@ -38,9 +38,9 @@ def offered(templates: Iterable[dict]) -> dict[str, dict]:
     return by_api
 
 
-def list_templates(admin: Kube, namespace: str | None = None) -> list[dict]:
+def list_templates(admin: Kube, namespace: str | None = None) -> list[dict[str, Any]]:
     """Templates of both groups, in ``namespace`` or everywhere."""
-    templates: list[dict] = []
+    templates: list[dict[str, Any]] = []
     for resource in TEMPLATES:
         try:
             templates += admin.list(resource, namespace)[0]

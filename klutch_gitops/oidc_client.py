@@ -123,7 +123,10 @@ def unverified_claims(id_token: str) -> dict[str, Any]:
     """The claims of a JWT, signature not checked (see the module docstring for why)."""
     try:
         payload = id_token.split(".")[1]
-        return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        claims: dict[str, Any] = json.loads(
+            base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+        )
+        return claims
     except (IndexError, ValueError) as error:
         raise KlutchError(
             f"the issuer returned an ID token that is not a JWT ({error})",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import h11
@@ -37,6 +38,8 @@ TIMEOUT_RESPONSE = (
     b"the request was not sent in time; send it all at once\n"
 )
 _RECEIVING = (h11.IDLE, h11.SEND_BODY)  # the client's states while a request is on its way
+Receive = Callable[[], Awaitable[dict[str, Any]]]  # ASGI's receive and send
+Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class DeadlineH11Protocol(H11Protocol):
@@ -96,7 +99,7 @@ class LimitedBody:
         self.app = app
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -126,7 +129,7 @@ class LimitedBody:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Any) -> None:
+    async def _refuse(self, send: Send) -> None:
         text = json.dumps(
             {
                 "error": f"the request body is larger than {self.max_bytes} bytes",
@@ -162,8 +165,9 @@ def bounded_config(
     bypass the root handler's JSON and scrubbing (``klutch_gitops.logs``)."""
     options.setdefault("log_config", None)
     host, _, port = listen.rpartition(":")
-    protocol = type("DeadlineH11Protocol", (DeadlineH11Protocol,), {})
-    protocol.request_seconds = request_seconds
+    protocol = type(
+        "DeadlineH11Protocol", (DeadlineH11Protocol,), {"request_seconds": request_seconds}
+    )
     return uvicorn.Config(
         LimitedBody(app, max_body_bytes),
         host=host or "127.0.0.1",

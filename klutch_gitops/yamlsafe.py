@@ -74,7 +74,9 @@ class _Refused(Exception):
 _Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _Loader(_Base, Composer):
+# The base is chosen at import time, so mypy cannot know it: what this module takes from it is
+# annotated where it is used.
+class _Loader(_Base, Composer):  # type: ignore[misc]
     """Safe constructors, libyaml's parser, PyYAML's Python composer with depth and size bounds.
 
     Nodes are counted while composing, aliases included, so that a large flat document costs at
@@ -92,11 +94,11 @@ class _Loader(_Base, Composer):
         self._depth = 0
         self._nodes = 0
 
-    def compose_document(self) -> Node:
+    def compose_document(self) -> Node | None:
         self._nodes = 0
         return super().compose_document()
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         if self._depth >= self._max_depth:
             raise _Refused(*_too_deep(self._max_depth, self._line()))
         # An alias counts once here and in full in _measure, so this never refuses what the
@@ -116,7 +118,8 @@ class _Loader(_Base, Composer):
             self._depth -= 1
 
     def _line(self) -> int:
-        return self.peek_event().start_mark.line + 1
+        line: int = self.peek_event().start_mark.line
+        return line + 1
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         """Refuse a key given twice in one mapping: readers disagree on which value wins
@@ -134,11 +137,13 @@ class _Loader(_Base, Composer):
                     "Keep one of them.",
                 )
             seen[key.tag, key.value] = line
-        return super().construct_mapping(node, deep)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep)
+        return mapping
 
 
 def _as_text(loader: _Loader, node: Node) -> str:
-    return loader.construct_scalar(node)
+    text: str = loader.construct_scalar(node)
+    return text
 
 
 # Kubernetes reads YAML as JSON: timestamps and binary stay strings, sets become mappings with
@@ -171,6 +176,7 @@ def load_documents(text: str, limits: DocumentLimits) -> list[Document]:
                         "Split it into several files.",
                     )
                 node = loader.get_node()
+                assert node is not None  # check_node() said a document follows
                 line = node.start_mark.line + 1
                 shared = _measure(node, limits.max_nodes, limits.max_depth)
                 value = loader.construct_document(node)

@@ -51,7 +51,8 @@ def identity(kube: Kube | None) -> str:
         raise KlutchError(
             "cannot tell the App Cluster's identity", "pass --cluster-id, or --kubeconfig"
         )
-    return system["metadata"]["uid"]
+    uid: str = system["metadata"]["uid"]
+    return uid
 
 
 def apply_app_objects(kube: Kube, objects: list[tuple[Any, dict[str, Any]]]) -> list[str]:

@@ -87,7 +87,8 @@ def _login(entry: dict[str, Any], path: Path) -> Login:
         raise KlutchError(
             f"{path}: a login has {problem}", f"delete {path} and run 'klutch-bind login' again"
         )
-    return Login(**{known[k]: (None if v is None else str(v)) for k, v in entry.items()})
+    values: dict[str, Any] = {known[k]: (None if v is None else str(v)) for k, v in entry.items()}
+    return Login(**values)
 
 
 def find(context: str) -> Login | None:

@@ -68,7 +68,9 @@ def connect(kubeconfig: Path | None, context: str | None, namespace: str | None)
     return Cluster(Kube(api, timeout=15.0), namespace or default, chosen["name"])
 
 
-def _context(contexts: list[dict[str, Any]], current: Any, name: str | None) -> dict[str, Any]:
+def _context(
+    contexts: list[dict[str, Any]], current: dict[str, Any] | None, name: str | None
+) -> dict[str, Any]:
     if name is None:
         if not current:
             raise KlutchError("the kubeconfig has no current context", "pass --context NAME")

@@ -30,6 +30,7 @@ def claim_kinds(kube: Kube) -> list[Resource]:
     for group in groups:
         if group.name in _BUILTIN or group.name.endswith(".k8s.io"):
             continue
+        assert group.preferred_version is not None  # discovery names one for every group
         version = group.preferred_version.version
         try:
             found = client.CustomObjectsApi(kube.api).get_api_resources(group.name, version)

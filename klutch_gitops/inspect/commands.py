@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -130,9 +130,9 @@ def _registrations(
 
 def _list(
     cluster: Cluster, want_claims: bool, namespace: str | None
-) -> tuple[Resource, list[dict], Callable[[], Iterator[dict]]]:
+) -> tuple[Resource, list[dict[str, Any]], Callable[[], Iterator[dict[str, Any]]]]:
     """(the resource a refusal names, the objects, their changes from the list on)."""
-    from klutch_gitops.apis import REPOSITORY_BINDINGS
+    from klutch_gitops.apis import REPOSITORY_BINDINGS, REPOSITORY_LABEL
     from klutch_gitops.inspect import claims
     from klutch_gitops.inspect.access import CALL_ERRORS, refused
     from klutch_gitops.inspect.watch import changes, merged_changes
@@ -144,7 +144,7 @@ def _list(
             found, versions = claims.list_claims(cluster.kube, namespace)
         except CALL_ERRORS as error:
             raise refused(error, "list", kinds, namespace) from None
-        label = claims.REPOSITORY_LABEL
+        label = REPOSITORY_LABEL
         return kinds, found, lambda: merged_changes(cluster.kube, versions, namespace, label)
     try:
         items, version = cluster.kube.list(REPOSITORY_BINDINGS, namespace)
@@ -161,7 +161,7 @@ def _list(
     )
 
 
-def _order(obj: dict) -> tuple[str, str]:
+def _order(obj: dict[str, Any]) -> tuple[str, str]:
     return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 
 

@@ -64,7 +64,9 @@ def live(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     return found
 
 
-def annotate(kube: Kube, namespace: str, name: str, values: Mapping[str, str | None]) -> dict:
+def annotate(
+    kube: Kube, namespace: str, name: str, values: Mapping[str, str | None]
+) -> dict[str, Any]:
     try:
         return kube.patch(REPOSITORY_BINDINGS, namespace, name, annotations_patch(values))
     except CALL_ERRORS as error:

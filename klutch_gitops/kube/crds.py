@@ -121,7 +121,8 @@ def scope_change(live: Mapping[str, Any] | None, crd: Mapping[str, Any]) -> Klut
 
 def _live(resource: Any, name: str) -> dict[str, Any] | None:
     try:
-        return resource.get(name=name).to_dict()
+        live: dict[str, Any] = resource.get(name=name).to_dict()
+        return live
     except NotFoundError:
         return None
 

@@ -44,11 +44,11 @@ Key = tuple[str, str, str, str, str, str]  # (apiVersion, kind, namespace/name, 
 class EventApi(Protocol):
     """The calls the recorder makes (``klutch_gitops.kube.client.Kube`` has them)."""
 
-    def create(self, resource: Resource, obj: Mapping[str, Any]) -> dict: ...
+    def create(self, resource: Resource, obj: Mapping[str, Any]) -> dict[str, Any]: ...
 
     def patch(
         self, resource: Resource, namespace: str | None, name: str, patch: Mapping[str, Any]
-    ) -> dict: ...
+    ) -> dict[str, Any]: ...
 
 
 @dataclass

@@ -17,9 +17,9 @@ from klutch_gitops.kube.client import Kube, KubeError, Resource
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[str, dict], None]  # (ADDED | MODIFIED | DELETED, object)
+Handler = Callable[[str, dict[str, Any]], None]  # (ADDED | MODIFIED | DELETED, object)
 Transform = Callable[
-    [dict], dict
+    [dict[str, Any]], dict[str, Any]
 ]  # what the cache keeps of an object, like client-go's SetTransform
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -28,12 +28,12 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 INTERN_MAX = 64
 
 
-def object_key(obj: dict) -> tuple[str, str]:
+def object_key(obj: dict[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return meta.get("namespace") or "", meta.get("name") or ""
 
 
-def managers(managed_fields: list[dict] | None) -> list[dict]:
+def managers(managed_fields: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """managedFields as the cache keeps them: who manages the object (manager, operation,
     subresource), not which fields. The field sets are most of an object's size; deciding
     whose bookkeeping a label is (reconciler.sync.objects.mirrored_body) needs only the managers.
@@ -44,7 +44,7 @@ def managers(managed_fields: list[dict] | None) -> list[dict]:
     ]
 
 
-def cut_managed_fields(obj: dict) -> dict:
+def cut_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     """Every informer's least transform: managedFields cut to their managers (``managers``)."""
     meta = obj.get("metadata")
     if isinstance(meta, dict) and "managedFields" in meta:
@@ -52,7 +52,7 @@ def cut_managed_fields(obj: dict) -> dict:
     return obj
 
 
-def slim(obj: dict) -> dict:
+def slim(obj: dict[str, Any]) -> dict[str, Any]:
     """The object as a cache keeps it: managedFields cut to their managers, no
     creationTimestamp (no decision reads it), repeated strings shared.
 
@@ -62,10 +62,11 @@ def slim(obj: dict) -> dict:
     meta = cut_managed_fields(obj).get("metadata")
     if isinstance(meta, dict):
         meta.pop("creationTimestamp", None)
-    return interned(obj)
+    slimmed: dict[str, Any] = interned(obj)
+    return slimmed
 
 
-def slim_copy(obj: dict) -> dict:
+def slim_copy(obj: dict[str, Any]) -> dict[str, Any]:
     """``slim`` without kubectl's last-applied annotation (a whole second copy of the object),
     for caches whose objects are only compared with bodies we build: Control Plane copies
     (objects.control_plane_body never sets it) and Secrets (objects.secret_copy). App claims
@@ -113,7 +114,7 @@ class Informer:
         self.transform = transform
         self.page_size = page_size  # list in pages, each transformed before the next is read
         self.name = name or f"informer-{resource.plural}-{namespace or 'all'}"
-        self.cache: dict[tuple[str, str], dict] = {}
+        self.cache: dict[tuple[str, str], dict[str, Any]] = {}
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -126,11 +127,11 @@ class Informer:
     def stop(self) -> None:
         self._stop.set()
 
-    def get(self, namespace: str, name: str) -> dict | None:
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
             return self.cache.get((namespace, name))
 
-    def items(self) -> list[dict]:
+    def items(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self.cache.values())
 
@@ -191,10 +192,10 @@ class Informer:
         self.synced.set()
         return resource_version
 
-    def _apply(self, event_type: str, obj: dict) -> None:
+    def _apply(self, event_type: str, obj: dict[str, Any]) -> None:
         self._store(event_type, self.transform(obj))
 
-    def _store(self, event_type: str, obj: dict) -> None:
+    def _store(self, event_type: str, obj: dict[str, Any]) -> None:
         with self._lock:
             if event_type == "DELETED":
                 self.cache.pop(object_key(obj), None)

@@ -17,6 +17,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from klutch_gitops.kube.client import Kube, Resource
 from klutch_gitops.kube.informer import Handler, Informer, Transform, object_key, slim
@@ -24,6 +25,9 @@ from klutch_gitops.kube.informer import Handler, Informer, Transform, object_key
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, name)
+# What makes two subscriptions share an informer: identity, resource, namespace, selector, the
+# label routed by, transform.
+SharedKey = tuple[str, Resource, str | None, str | None, str | None, Transform]
 # A shared informer lists every repository's objects: in pages of this many (client-go's pager
 # default), each slimmed before the next is read, so a relist never holds all of them whole.
 LIST_PAGE_SIZE = 500
@@ -37,7 +41,7 @@ class Route:
     value: str
 
 
-def _route_of(label: str, obj: dict) -> str | None:
+def _route_of(label: str, obj: dict[str, Any]) -> str | None:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(label)
 
 
@@ -48,7 +52,7 @@ class SharedInformer:
         self.label = label
         self.subscribers: list[Subscription] = []
         self._routes: dict[Key, str] = {}  # object -> the label value it was indexed under
-        self._index: dict[str, dict[Key, dict]] = {}  # label value -> its objects
+        self._index: dict[str, dict[Key, dict[str, Any]]] = {}  # label value -> its objects
         self._lock = threading.Lock()
         self.informer = informer_of(self._dispatch)
 
@@ -56,19 +60,19 @@ class SharedInformer:
     def synced(self) -> threading.Event:
         return self.informer.synced
 
-    def get(self, route: str | None, namespace: str, name: str) -> dict | None:
+    def get(self, route: str | None, namespace: str, name: str) -> dict[str, Any] | None:
         if route is None:
             return self.informer.get(namespace, name)
         with self._lock:
             return self._index.get(route, {}).get((namespace, name))
 
-    def items(self, route: str | None) -> list[dict]:
+    def items(self, route: str | None) -> list[dict[str, Any]]:
         if route is None:
             return self.informer.items()
         with self._lock:
             return list(self._index.get(route, {}).values())
 
-    def _dispatch(self, event: str, obj: dict) -> None:
+    def _dispatch(self, event: str, obj: dict[str, Any]) -> None:
         """Index the object under its label value and tell the subscribers it concerns: the
         value's (and the previous value's, when the label changed: it lost the object)."""
         concerned = {None} if self.label is None else self._reindex(event, obj)
@@ -80,7 +84,7 @@ class SharedInformer:
             except Exception:
                 log.exception("informer handler failed", extra={"informer": self.informer.name})
 
-    def _reindex(self, event: str, obj: dict) -> set[str | None]:
+    def _reindex(self, event: str, obj: dict[str, Any]) -> set[str | None]:
         assert self.label is not None
         key = object_key(obj)
         new = None if event == "DELETED" else _route_of(self.label, obj)
@@ -104,7 +108,7 @@ class Subscription:
     def __init__(
         self,
         registry: Caches,
-        key: tuple,
+        key: SharedKey,
         shared: SharedInformer,
         route: str | None,
         handler: Handler,
@@ -124,10 +128,10 @@ class Subscription:
     def name(self) -> str:
         return self.shared.informer.name
 
-    def get(self, namespace: str, name: str) -> dict | None:
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.shared.get(self.route, namespace, name)
 
-    def items(self) -> list[dict]:
+    def items(self) -> list[dict[str, Any]]:
         return self.shared.items(self.route)
 
     def stop(self) -> None:
@@ -139,7 +143,7 @@ class Caches:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._shared: dict[tuple, SharedInformer] = {}
+        self._shared: dict[SharedKey, SharedInformer] = {}
         self._started = 0  # numbers the informers' names: an identity is a secret's digest
 
     def subscribe(
@@ -160,7 +164,7 @@ class Caches:
         informer selects (``label_selector``)."""
         selector = route.label if route is not None else label_selector
         label = route.label if route is not None else None
-        key = (kube.identity, resource, namespace, selector, label, transform)
+        key: SharedKey = (kube.identity, resource, namespace, selector, label, transform)
         with self._lock:
             shared = self._shared.get(key)
             if shared is None:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
 K = TypeVar("K", bound=Hashable)
+K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)  # a queue only takes keys in
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +55,11 @@ class _Unobserved:
         pass
 
 
-class KeyQueue(Protocol[K]):
+class KeyQueue(Protocol[K_contra]):
     """What triggers need of a queue: adds, now or later."""
 
-    def add(self, key: K, *, first: bool = False) -> None: ...
-    def add_after(self, key: K, delay: float) -> None: ...
+    def add(self, key: K_contra, *, first: bool = False) -> None: ...
+    def add_after(self, key: K_contra, delay: float) -> None: ...
 
 
 class WorkQueue(Generic[K]):

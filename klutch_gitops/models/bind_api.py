@@ -9,12 +9,12 @@ from pydantic import Field, field_validator
 
 from klutch_gitops.models.refs import OwnKubeconfig, OwnSecret
 from klutch_gitops.models.types import (
+    Checked,
     Listen,
     Name,
     Rule,
     Strict,
     Text,
-    checked,
     matching,
     problem,
 )
@@ -40,14 +40,19 @@ def _external_url(value: str) -> tuple[str, str] | None:
     )
 
 
-Issuer = checked(_issuer, {"pattern": r"^https://.+", "maxLength": 2048})
-ExternalURL = checked(_external_url, {"pattern": r"^https?://[^?#]+$", "maxLength": 2048})
-Prefix = matching(
-    PREFIX_PATTERN,
-    "use a DNS label of at most 20 characters, like cluster (consumer namespaces are "
-    "<prefix>-<26 characters>)",
-    max_length=20,
-)
+Issuer = Annotated[str, Checked(_issuer, {"pattern": r"^https://.+", "maxLength": 2048})]
+ExternalURL = Annotated[
+    str, Checked(_external_url, {"pattern": r"^https?://[^?#]+$", "maxLength": 2048})
+]
+Prefix = Annotated[
+    str,
+    matching(
+        PREFIX_PATTERN,
+        "use a DNS label of at most 20 characters, like cluster (consumer namespaces are "
+        "<prefix>-<26 characters>)",
+        max_length=20,
+    ),
+]
 
 
 class Tls(Strict):

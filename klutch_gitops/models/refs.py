@@ -4,20 +4,25 @@ the Control Plane. The configs hold these, never a secret's value."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
 from klutch_gitops.config import GitCredentialsRef, SecretRef
 from klutch_gitops.models.types import EnvName, Name, Strict, Text, matching, problem
 
-SECRET_NAME = matching(
-    r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
-    "name a Secret: lowercase letters, digits, '-' and '.'",
-    max_length=253,
-)
-SECRET_KEY = matching(
-    r"^[-._a-zA-Z0-9]+$", "name a key of the Secret: letters, digits, '-', '_' and '.'"
-)
+SECRET_NAME = Annotated[
+    str,
+    matching(
+        r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        "name a Secret: lowercase letters, digits, '-' and '.'",
+        max_length=253,
+    ),
+]
+SECRET_KEY = Annotated[
+    str,
+    matching(r"^[-._a-zA-Z0-9]+$", "name a key of the Secret: letters, digits, '-', '_' and '.'"),
+]
 ONE_OF_FIX = "name a file, an environment variable, or a Secret on the Control Plane"
 
 

@@ -25,15 +25,16 @@ def inline(schema: dict[str, Any]) -> dict[str, Any]:
     def walk(node: Any) -> Any:
         if isinstance(node, list):
             return [walk(item) for item in node]
-        if not isinstance(node, dict):
-            return node
+        return walk_object(node) if isinstance(node, dict) else node
+
+    def walk_object(node: dict[str, Any]) -> dict[str, Any]:
         if "$ref" in node:
             target = defs[node["$ref"].rsplit("/", 1)[-1]]
             own = {k: v for k, v in node.items() if k != "$ref"}
-            return walk({**target, **own})
+            return walk_object({**target, **own})
         return {k: walk(v) for k, v in node.items() if k != "$defs"}
 
-    return walk(schema)
+    return walk_object(schema)
 
 
 def without_titles(node: Any) -> Any:
@@ -57,8 +58,9 @@ def structural(schema: dict[str, Any]) -> dict[str, Any]:
     def walk(node: Any) -> Any:
         if isinstance(node, list):
             return [walk(item) for item in node]
-        if not isinstance(node, dict):
-            return node
+        return walk_object(node) if isinstance(node, dict) else node
+
+    def walk_object(node: dict[str, Any]) -> dict[str, Any]:
         node = _not_null(node)
         converted = {
             k: walk(v)
@@ -71,7 +73,7 @@ def structural(schema: dict[str, Any]) -> dict[str, Any]:
             converted["x-kubernetes-list-type"] = "set"
         return converted
 
-    return walk(inline(schema))
+    return walk_object(inline(schema))
 
 
 def _not_null(node: dict[str, Any]) -> dict[str, Any]:

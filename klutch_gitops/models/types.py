@@ -9,9 +9,10 @@ carries the JSON Schema that the editors' schema, the chart's values schema and 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any
 
+from annotated_types import GroupedMetadata
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -154,24 +155,38 @@ Duration = Annotated[
 ]
 
 
-def checked(
-    check: Callable[[str], tuple[str, str] | None],
-    schema: dict[str, Any],
-) -> Any:
-    """A string type whose ``check`` returns (message, fix) for a bad value, else None."""
+class Checked(GroupedMetadata):
+    """A string check as ``Annotated`` metadata: ``Annotated[str, Checked(check, schema)]`` is a
+    string type whose ``check`` returns (message, fix) for a bad value, else None; ``schema`` is
+    the JSON Schema it publishes. pydantic unpacks it into a validator and that schema."""
 
-    def validate(value: str) -> str:
+    def __init__(
+        self, check: Callable[[str], tuple[str, str] | None], schema: dict[str, Any]
+    ) -> None:
+        self.check = check
+        self.schema = schema
+
+    def __iter__(self) -> Iterator[object]:
+        yield AfterValidator(self._validate)
+        yield WithJsonSchema({"type": "string", **self.schema})
+
+    def _validate(self, value: str) -> str:
         if not value:
             raise problem("must not be empty", "set a value or leave the field out")
-        if (found := check(value)) is not None:
+        if (found := self.check(value)) is not None:
             raise problem(*found)
         return value
 
-    return Annotated[str, AfterValidator(validate), WithJsonSchema({"type": "string", **schema})]
+
+def checked(check: Callable[[str], tuple[str, str] | None], schema: dict[str, Any]) -> Any:
+    """``Annotated[str, Checked(check, schema)]`` built at run time, which mypy reads as Any:
+    write that ``Annotated`` form instead where the type is to be checked."""
+    return Annotated[str, Checked(check, schema)]
 
 
-def matching(pattern: str, fix: str, *, max_length: int = 253) -> Any:
-    """A string matching ``pattern`` (searched, as JSON Schema does), at most ``max_length``."""
+def matching(pattern: str, fix: str, *, max_length: int = 253) -> Checked:
+    """A string matching ``pattern`` (searched, as JSON Schema does), at most ``max_length``:
+    ``Annotated[str, matching(...)]``."""
     compiled = re.compile(pattern)
 
     def check(value: str) -> tuple[str, str] | None:
@@ -179,14 +194,19 @@ def matching(pattern: str, fix: str, *, max_length: int = 253) -> Any:
             return f"{value[:80]!r} is longer than {max_length} characters", fix
         return None if compiled.search(value) else (f"{value!r} is not valid", fix)
 
-    return checked(check, {"pattern": pattern, "maxLength": max_length, "minLength": 1})
+    return Checked(check, {"pattern": pattern, "maxLength": max_length, "minLength": 1})
 
 
-Name = matching(NAME_PATTERN, NAME_FIX, max_length=63)
-Text = matching(r".", "set a value", max_length=4096)  # any non-empty string
-EnvName = matching(ENV_PATTERN, "name an environment variable, e.g. TEAM_A_TOKEN", max_length=256)
-Listen = matching(
-    LISTEN_PATTERN,
-    "write host:port, e.g. 0.0.0.0:8080 or 127.0.0.1:8443 (port 0 to 65535)",
-    max_length=260,
-)
+Name = Annotated[str, matching(NAME_PATTERN, NAME_FIX, max_length=63)]
+Text = Annotated[str, matching(r".", "set a value", max_length=4096)]  # any non-empty string
+EnvName = Annotated[
+    str, matching(ENV_PATTERN, "name an environment variable, e.g. TEAM_A_TOKEN", max_length=256)
+]
+Listen = Annotated[
+    str,
+    matching(
+        LISTEN_PATTERN,
+        "write host:port, e.g. 0.0.0.0:8080 or 127.0.0.1:8443 (port 0 to 65535)",
+        max_length=260,
+    ),
+]

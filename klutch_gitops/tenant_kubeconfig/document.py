@@ -131,8 +131,8 @@ def _check_preferences(value: Any, problems: list[Problem]) -> None:
 
 
 def _only_entry(
-    doc: dict, plural: str, kind: str, problems: list[Problem]
-) -> tuple[str, dict] | None:
+    doc: dict[str, Any], plural: str, kind: str, problems: list[Problem]
+) -> tuple[str, dict[str, Any]] | None:
     """The name and body of the one entry of ``plural``, or None after recording why not."""
     entries = doc.get(plural)
     if not isinstance(entries, list) or len(entries) != 1:
@@ -159,10 +159,10 @@ def _only_entry(
 
 
 def _check_context(
-    doc: dict,
-    context: tuple[str, dict],
-    cluster: tuple[str, dict] | None,
-    user: tuple[str, dict] | None,
+    doc: dict[str, Any],
+    context: tuple[str, dict[str, Any]],
+    cluster: tuple[str, dict[str, Any]] | None,
+    user: tuple[str, dict[str, Any]] | None,
     problems: list[Problem],
 ) -> None:
     name, body = context
@@ -194,7 +194,9 @@ def _check_context(
             )
 
 
-def _check_cluster(body: dict, problems: list[Problem]) -> tuple[str, bytes, str | None] | None:
+def _check_cluster(
+    body: dict[str, Any], problems: list[Problem]
+) -> tuple[str, bytes, str | None] | None:
     path = "clusters[0].cluster"
     before = len(problems)
     for key, value in body.items():
@@ -238,7 +240,7 @@ def _check_cluster(body: dict, problems: list[Problem]) -> tuple[str, bytes, str
 
 
 def _check_user(
-    body: dict, problems: list[Problem]
+    body: dict[str, Any], problems: list[Problem]
 ) -> tuple[str | None, bytes | None, bytes | None] | None:
     path = "users[0].user"
     before = len(problems)
@@ -271,7 +273,7 @@ def _check_user(
 
 
 def _client_pair(
-    body: dict, path: str, problems: list[Problem]
+    body: dict[str, Any], path: str, problems: list[Problem]
 ) -> tuple[bytes | None, bytes | None]:
     """The client certificate chain and its key, checked to belong together."""
     if "client-certificate-data" not in body or "client-key-data" not in body:

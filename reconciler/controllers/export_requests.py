@@ -106,7 +106,7 @@ class ExportRequestController:
         self.requests.stop()
         self.queue.shutdown()
 
-    def _on_request(self, event: str, obj: dict) -> None:
+    def _on_request(self, event: str, obj: dict[str, Any]) -> None:
         if event != "DELETED" and unanswered(obj):
             self.queue.add((obj["metadata"]["namespace"], obj["metadata"]["name"]))
 

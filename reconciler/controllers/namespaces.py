@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from klutch_gitops.apis import (
     API_SERVICE_EXPORTS,
@@ -38,7 +39,7 @@ READ_VERBS = ["get", "list", "watch"]
 RELEASE_ATTEMPTS = 3  # re-reads of a mapping whose finalizers changed under the release
 
 
-def role_rules(exports: Iterable[dict]) -> list[dict]:
+def role_rules(exports: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Full rights on each exported resource; read-only on what its permission claims name.
 
     The konnector's Update of a claimed Secret comes from ``klutch-binder-claimed-secrets``,
@@ -65,7 +66,9 @@ def role_rules(exports: Iterable[dict]) -> list[dict]:
     return rules
 
 
-def desired_objects(mapping: dict, exports: Iterable[dict]) -> list[tuple[Resource, dict]]:
+def desired_objects(
+    mapping: dict[str, Any], exports: Iterable[dict[str, Any]]
+) -> list[tuple[Resource, dict[str, Any]]]:
     """The namespace, Role and RoleBindings that one APIServiceNamespace asks for."""
     consumer = mapping["metadata"]["namespace"]
     app_namespace = mapping["metadata"]["name"]
@@ -89,7 +92,7 @@ def desired_objects(mapping: dict, exports: Iterable[dict]) -> list[tuple[Resour
     ]
 
 
-def foreign(namespace: dict | None, consumer: str) -> bool:
+def foreign(namespace: dict[str, Any] | None, consumer: str) -> bool:
     """Whether an existing namespace belongs to someone other than ``consumer``."""
     if namespace is None:
         return False
@@ -123,10 +126,10 @@ class NamespaceController:
         self.exports.stop()
         self.queue.shutdown()
 
-    def _on_mapping(self, _event: str, obj: dict) -> None:
+    def _on_mapping(self, _event: str, obj: dict[str, Any]) -> None:
         self.queue.add((obj["metadata"]["namespace"], obj["metadata"]["name"]))
 
-    def _on_export(self, _event: str, obj: dict) -> None:
+    def _on_export(self, _event: str, obj: dict[str, Any]) -> None:
         consumer = obj["metadata"]["namespace"]
         for mapping in self.mappings.items():
             if mapping["metadata"]["namespace"] == consumer:
@@ -164,10 +167,12 @@ class NamespaceController:
             self.kube.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
         self._report(mapping, target, "Mapped", f"App namespace {name} maps to {target}")
 
-    def _report(self, mapping: dict, target: str | None, reason: str, message: str) -> None:
+    def _report(
+        self, mapping: dict[str, Any], target: str | None, reason: str, message: str
+    ) -> None:
         meta = mapping["metadata"]
         old = mapping.get("status") or {}
-        status: dict = {"namespace": target} if target else {}
+        status: dict[str, Any] = {"namespace": target} if target else {}
         status["conditions"] = conditions.set_conditions(
             old.get("conditions") or [],
             [conditions.condition("Ready", bool(target), reason, message)],
@@ -189,7 +194,7 @@ class NamespaceController:
             subresource="status",
         )
 
-    def _finalize(self, mapping: dict, target: str) -> None:
+    def _finalize(self, mapping: dict[str, Any], target: str) -> None:
         """Delete the mapped namespace (with everything in it), then let the mapping go."""
         consumer = mapping["metadata"]["namespace"]
         namespace = self.kube.get(NAMESPACES, None, target)
@@ -197,7 +202,7 @@ class NamespaceController:
             self.kube.delete(NAMESPACES, None, target)
             self.queue.add_after((consumer, mapping["metadata"]["name"]), 1.0)
             return
-        current: dict | None = mapping
+        current: dict[str, Any] | None = mapping
         for _ in range(RELEASE_ATTEMPTS):
             if current is None or FINALIZER not in (current["metadata"].get("finalizers") or []):
                 return
@@ -207,7 +212,7 @@ class NamespaceController:
             current = self.kube.get(API_SERVICE_NAMESPACES, consumer, mapping["metadata"]["name"])
         self.queue.add_after((consumer, mapping["metadata"]["name"]), 1.0)
 
-    def _set_finalizers(self, mapping: dict, finalizers: list[str]) -> bool:
+    def _set_finalizers(self, mapping: dict[str, Any], finalizers: list[str]) -> bool:
         """Write the finalizer list with the resourceVersion it was read at as a precondition:
         a merge patch replaces the whole list, so a finalizer another controller added since
         would be lost; the API server answers 409 instead. False then (read it again), and when

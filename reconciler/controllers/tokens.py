@@ -77,7 +77,9 @@ def token_times(token: str) -> TokenTimes:
         claims = json.loads(jws.extract_compact(token.encode()).payload)
     except (JoseError, ValueError):
         raise KlutchError("its token is not a JWT", FIX) from None
-    times = [claims.get(name) if isinstance(claims, dict) else None for name in ("iat", "exp")]
+    times: list[Any] = [
+        claims.get(name) if isinstance(claims, dict) else None for name in ("iat", "exp")
+    ]
     if not all(isinstance(t, int | float) for t in times) or times[0] >= times[1]:
         raise KlutchError("its token has no valid iat and exp claims", FIX)
     return TokenTimes(float(times[0]), float(times[1]))
@@ -159,7 +161,11 @@ class TokenRenewer:
         self._renew(key, secret, kubeconfig, user)
 
     def _renew(
-        self, key: SecretKey, secret: dict, kubeconfig: dict[str, Any], user: dict[str, Any]
+        self,
+        key: SecretKey,
+        secret: dict[str, Any],
+        kubeconfig: dict[str, Any],
+        user: dict[str, Any],
     ) -> None:
         namespace, name = key
         token = binder_token(self.admin, namespace, int(self.settings.lifetime))
@@ -179,7 +185,10 @@ class TokenRenewer:
             # An update of the version read: a token bind wrote meanwhile is not overwritten (409),
             # and a Secret deleted meanwhile is not recreated (404), as an apply would.
             client.CoreV1Api(self.admin.api).replace_namespaced_secret(
-                name, namespace, body, field_manager=FIELD_MANAGER
+                name,
+                namespace,
+                body,  # type: ignore[arg-type]  # typed V1Secret; the client sends a dict as it is
+                field_manager=FIELD_MANAGER,
             )
         except ApiException as error:
             if error.status in (404, 409):  # its watch event brings it back here if still due
@@ -197,7 +206,7 @@ class TokenRenewer:
         with contextlib.suppress(KeyError):  # never set for this Secret
             metrics.BINDER_TOKEN_EXPIRY.remove("/".join(key))
 
-    def _report_invalid(self, key: SecretKey, secret: dict, error: KlutchError) -> None:
+    def _report_invalid(self, key: SecretKey, secret: dict[str, Any], error: KlutchError) -> None:
         """Log and record a Warning Event once per version of the Secret; others carry on."""
         version = secret["metadata"].get("resourceVersion", "")
         if self._reported.get(key) == version:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from klutch_gitops.apis import DELETION_PROTECTION
 from klutch_gitops.manifests import Claim, Identity, Rejection
 from reconciler.sync import objects
 from reconciler.sync.desired import DesiredState
@@ -184,7 +185,7 @@ class Plan:
 CHECK_FIXES = {
     "dry-run": "Change the claim so the Control Plane accepts it; the message names the rule.",
     "deletion-protection": (
-        f"Keep the claim in Git, or first remove the {objects.DELETION_PROTECTION} annotation "
+        f"Keep the claim in Git, or first remove the {DELETION_PROTECTION} annotation "
         "(from Git and from the live App claim) in a change of its own."
     ),
 }
@@ -373,7 +374,7 @@ def deletion_check(base_body: Mapping[str, Any], live_app: Mapping[str, Any] | N
         return Check(
             "deletion-protection",
             Outcome.FAILED,
-            f'deletion-protected ({objects.DELETION_PROTECTION}: "true" {" and ".join(where)}); '
+            f'deletion-protected ({DELETION_PROTECTION}: "true" {" and ".join(where)}); '
             "the reconciler would refuse to delete it",
         )
     return Check("deletion-protection", Outcome.PASSED)

@@ -180,7 +180,7 @@ def _mapped(cp: Kube, consumer: str, app_namespace: str) -> str:
     return reported or mapped_namespace(consumer, app_namespace)
 
 
-def _get(kube: Kube | None, resource: Resource, identity: Identity) -> dict | None:
+def _get(kube: Kube | None, resource: Resource, identity: Identity) -> dict[str, Any] | None:
     if kube is None:
         return None
     try:

@@ -9,6 +9,7 @@ mirrored is what the tool applied, not Git's newest commit, which it may not hav
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from klutch_gitops.manifests import Claim, Identity, Location, Rejection
 from reconciler.sync import objects
@@ -26,13 +27,13 @@ def adopt(
     return adopted(live_claims(view), in_git, repository, app_namespaces, path)
 
 
-def live_claims(view: View) -> list[dict]:
+def live_claims(view: View) -> list[dict[str, Any]]:
     """Every exported kind's App objects, as the informer caches hold them."""
     return [obj for export in view.exports.values() for obj in view.app_claims(export)]
 
 
 def ahead_of_git(
-    live_objects: Iterable[dict],
+    live_objects: Iterable[dict[str, Any]],
     in_git: tuple[Claim, ...],
     repository: str,
     app_namespaces: tuple[str, ...],
@@ -69,7 +70,7 @@ def fetch_for(ahead: dict[Identity, str], fetched_for: dict[Identity, str]) -> b
 
 
 def adopted(
-    live_objects: Iterable[dict],
+    live_objects: Iterable[dict[str, Any]],
     in_git: tuple[Claim, ...],
     repository: str,
     app_namespaces: tuple[str, ...],

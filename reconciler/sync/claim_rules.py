@@ -9,7 +9,7 @@ import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from jsonschema.exceptions import SchemaError
 
@@ -299,7 +299,7 @@ def _schema_fix(path: str, export: Export, version: str) -> str:
     )
 
 
-def _is_text(value: Any) -> bool:
+def _is_text(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and value != ""
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+from typing import Any
 
 from klutch_gitops.kube.client import KubeError
 from klutch_gitops.manifests import Export, Rejection
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def serve_exported_kinds(
-    view: View, raw_exports: list[dict], path: str, consumer_namespace: str
+    view: View, raw_exports: list[dict[str, Any]], path: str, consumer_namespace: str
 ) -> tuple[dict[str, konnector.Verdict], list[Rejection]]:
     """The konnector verdict of each export (by name), and the CRDs left alone as problems."""
     verdicts: dict[str, konnector.Verdict] = {}
@@ -54,7 +55,7 @@ def foreign_crd(name: str, path: str) -> Rejection:
 
 
 def konnector_verdict(
-    view: View, service_binding: dict | None, consumer_namespace: str
+    view: View, service_binding: dict[str, Any] | None, consumer_namespace: str
 ) -> konnector.Verdict:
     """Which consumer namespace the konnector behind ``service_binding`` writes for."""
     if service_binding is None:
@@ -64,7 +65,7 @@ def konnector_verdict(
     return konnector.Verdict(verdict.state, verdict.message or why, verdict.fix)
 
 
-def konnector_consumer(view: View, service_binding: dict) -> tuple[str | None, str]:
+def konnector_consumer(view: View, service_binding: dict[str, Any]) -> tuple[str | None, str]:
     """The consumer namespace the binding's kubeconfig Secret names, or None and why not.
     The Secret's content stays in this function: it holds the binder's token."""
     name = service_binding["metadata"]["name"]

@@ -10,6 +10,7 @@ re-queueing itself and writing the Control Plane in a second pass.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from reconciler.sync.view import View
 
@@ -42,7 +43,7 @@ def map_namespaces(view: View, app_namespaces: tuple[str, ...], wait: float | No
     return any(namespace not in view.mapping for namespace in app_namespaces)
 
 
-def record_mapping(view: View, namespace: str, mapping: dict | None) -> bool:
+def record_mapping(view: View, namespace: str, mapping: dict[str, Any] | None) -> bool:
     """Record the mapping if its status names the Control Plane namespace; whether it did."""
     target = ((mapping or {}).get("status") or {}).get("namespace")
     if target:

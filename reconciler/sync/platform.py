@@ -10,6 +10,7 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from klutch_gitops.config import PlatformSpec
 from klutch_gitops.errors import KlutchError
@@ -60,7 +61,7 @@ class PlatformResult:
 @dataclass(frozen=True)
 class PlatformObject:
     resource: Resource
-    body: dict
+    body: dict[str, Any]
     file: str
     document: int
 

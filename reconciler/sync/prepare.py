@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from klutch_gitops.manifests import Rejection
 from reconciler.sync import konnector
@@ -34,7 +34,7 @@ class Prepared(NamedTuple):
 
 def prepare(
     view: View,
-    raw_exports: list[dict],
+    raw_exports: list[dict[str, Any]],
     path: str,
     consumer_namespace: str,
     app_namespaces: tuple[str, ...],
@@ -50,7 +50,7 @@ def prepare(
 @contextmanager
 def preparing(
     view: View,
-    raw_exports: list[dict],
+    raw_exports: list[dict[str, Any]],
     path: str,
     consumer_namespace: str,
     app_namespaces: tuple[str, ...],

@@ -160,33 +160,33 @@ def _explain(error: ValidationError) -> list[tuple[str, str]]:
     parts = list(error.absolute_path)
     field = field_path(parts)
     label = field or "the object"
+    # Set on every error a validator yields (jsonschema types them as possibly unset): JSON.
+    value: Any = error.validator_value
+    instance: Any = error.instance
+    schema: Any = error.schema
     if error.validator == "required":
-        missing = [
-            field_path([*parts, name])
-            for name in error.validator_value
-            if name not in error.instance
-        ]
+        missing = [field_path([*parts, name]) for name in value if name not in instance]
         return [(path, f"{path} is required") for path in missing]
-    if error.validator == "additionalProperties" and error.validator_value is False:
-        known = [str(name) for name in error.schema.get("properties", {})]
-        return [_unknown(parts, str(name), known) for name in error.instance if name not in known]
+    if error.validator == "additionalProperties" and value is False:
+        known = [str(name) for name in schema.get("properties", {})]
+        return [_unknown(parts, str(name), known) for name in instance if name not in known]
     if error.validator == "type":
-        expected = _as_list(error.validator_value)
+        expected = _as_list(value)
         wanted = " or ".join(_TYPE_NAMES.get(name, name) for name in expected)
         return [
             (
                 field,
-                f"{label} must be {wanted}, got {_describe(error.instance)}"
-                f"{_type_hint(error.instance, expected)}",
+                f"{label} must be {wanted}, got {_describe(instance)}"
+                f"{_type_hint(instance, expected)}",
             )
         ]
     if error.validator == "enum":
-        allowed = ", ".join(_show(value) for value in error.validator_value)
+        allowed = ", ".join(_show(item) for item in value)
         return [
             (
                 field,
-                f"{label} must be one of {allowed}; got {_show(error.instance)}"
-                f"{_suggest(error.instance, error.validator_value)}",
+                f"{label} must be one of {allowed}; got {_show(instance)}"
+                f"{_suggest(instance, value)}",
             )
         ]
     return [(field, f"{label}: {error.message}")]

@@ -12,14 +12,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from klutch_gitops.apis import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES
+from klutch_gitops.apis import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, REPOSITORY_LABEL
 from klutch_gitops.bind.client import SERVICE_BINDINGS
 from klutch_gitops.kube.client import CRDS, SECRETS, KubeError, Resource
 from klutch_gitops.kube.events import WARNING, EventRecorder
 from klutch_gitops.kube.informer import slim, slim_copy
 from klutch_gitops.kube.shared import Route, Subscription
 from klutch_gitops.manifests import Claim, Export
-from reconciler.sync import objects
 from reconciler.sync.connection import Connection
 
 SERVICE_BINDINGS_CRD = f"{SERVICE_BINDINGS.plural}.{SERVICE_BINDINGS.group}"
@@ -46,21 +45,23 @@ class View(Protocol):
 
     # -- App Cluster
     def watch_service_bindings(self) -> None: ...
-    def app_crd(self, name: str) -> dict | None: ...
-    def serve_crd(self, crd: dict) -> None: ...
-    def service_binding(self, name: str) -> dict | None: ...
-    def app_secret(self, namespace: str, name: str) -> dict | None: ...
+    def app_crd(self, name: str) -> dict[str, Any] | None: ...
+    def serve_crd(self, crd: dict[str, Any]) -> None: ...
+    def service_binding(self, name: str) -> dict[str, Any] | None: ...
+    def app_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def watch_kind(self, export: Export) -> None: ...
-    def app_claims(self, export: Export) -> list[dict]: ...
-    def app_claim(self, export: Export, namespace: str, name: str) -> dict | None: ...
-    def get_app(self, resource: Resource, namespace: str, name: str) -> dict | None: ...
+    def app_claims(self, export: Export) -> list[dict[str, Any]]: ...
+    def app_claim(self, export: Export, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def get_app(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None: ...
     def apply_app(
-        self, resource: Resource, body: dict, *, force: bool = False, status: bool = False
-    ) -> dict: ...
-    def patch_app(self, resource: Resource, namespace: str, name: str, patch: dict) -> None: ...
+        self, resource: Resource, body: dict[str, Any], *, force: bool = False, status: bool = False
+    ) -> dict[str, Any]: ...
+    def patch_app(
+        self, resource: Resource, namespace: str, name: str, patch: dict[str, Any]
+    ) -> None: ...
     def delete_app(self, resource: Resource, namespace: str, name: str) -> None: ...
-    def secret_copies(self) -> list[dict]: ...
-    def secret_copy(self, namespace: str, name: str) -> dict | None: ...
+    def secret_copies(self) -> list[dict[str, Any]]: ...
+    def secret_copy(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def event(
         self,
         resource: Resource,
@@ -71,16 +72,16 @@ class View(Protocol):
     ) -> None: ...
 
     # -- Control Plane
-    def namespace_mapping(self, namespace: str) -> dict | None: ...
+    def namespace_mapping(self, namespace: str) -> dict[str, Any] | None: ...
     def request_namespace_mapping(self, namespace: str) -> None: ...
     def map_namespace(self, namespace: str, target: str) -> None: ...
     def watch_mapped_claims(self) -> None: ...
-    def cp_claim(self, export: Export, target: str, name: str) -> dict | None: ...
-    def get_cp(self, resource: Resource, namespace: str, name: str) -> dict | None: ...
-    def apply_cp(self, resource: Resource, body: dict) -> None: ...
+    def cp_claim(self, export: Export, target: str, name: str) -> dict[str, Any] | None: ...
+    def get_cp(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def apply_cp(self, resource: Resource, body: dict[str, Any]) -> None: ...
     def delete_cp(self, resource: Resource, namespace: str, name: str) -> bool: ...
     def cp_secrets_synced(self, target: str) -> bool: ...
-    def cp_secret(self, target: str, name: str) -> dict | None: ...
+    def cp_secret(self, target: str, name: str) -> dict[str, Any] | None: ...
 
 
 class ClusterView:
@@ -104,7 +105,7 @@ class ClusterView:
         self.external = external
         self._on_change = on_change
         self.caches = connection.caches
-        self.route = Route(objects.REPOSITORY_LABEL, self.name)
+        self.route = Route(REPOSITORY_LABEL, self.name)
         self.exports: dict[tuple[str, str], Export] = {}
         self.mapping: dict[str, str] = {}
         self.app_claim_caches: dict[str, Subscription] = {}  # plural.group -> informer
@@ -119,15 +120,15 @@ class ClusterView:
 
     # -- triggers ---------------------------------------------------------------------------
 
-    def _on_event(self, _event: str, _obj: dict) -> None:
+    def _on_event(self, _event: str, _obj: dict[str, Any]) -> None:
         self._on_change()
 
-    def _on_app_event(self, _event: str, obj: dict) -> None:
+    def _on_app_event(self, _event: str, obj: dict[str, Any]) -> None:
         """In external mode the App informer sees every claim of its kind: only ours count."""
         if obj["metadata"].get("namespace") in self.spec.app_namespaces:
             self._on_change()
 
-    def _on_service_binding(self, _event: str, obj: dict) -> None:
+    def _on_service_binding(self, _event: str, obj: dict[str, Any]) -> None:
         """A konnector binding for one of our kinds came, changed or went: decide again."""
         if obj["metadata"].get("name") in {e.name for e in list(self.exports.values())}:
             self._on_change()
@@ -152,7 +153,7 @@ class ClusterView:
 
     # -- exports and kinds ------------------------------------------------------------------
 
-    def list_exports(self) -> list[dict]:
+    def list_exports(self) -> list[dict[str, Any]]:
         items, _ = self.cp.list(API_SERVICE_EXPORTS, self.spec.consumer_namespace)
         self.exports = {(e.group, e.kind): e for e in map(Export.of, items)}
         return items
@@ -160,10 +161,10 @@ class ClusterView:
     def export_of(self, claim: Claim) -> Export:
         return self.exports[(claim.identity.group, claim.identity.kind)]
 
-    def app_crd(self, name: str) -> dict | None:
+    def app_crd(self, name: str) -> dict[str, Any] | None:
         return self.app.get(CRDS, None, name)
 
-    def serve_crd(self, crd: dict, timeout: float = 30.0) -> None:
+    def serve_crd(self, crd: dict[str, Any], timeout: float = 30.0) -> None:
         """Apply the CRD and wait (up to ``timeout``) until the App Cluster serves its kind."""
         self.app.apply(CRDS, crd, force=True)
         deadline = time.monotonic() + timeout
@@ -174,7 +175,7 @@ class ClusterView:
                 return
             time.sleep(0.1)
 
-    def service_binding(self, name: str) -> dict | None:
+    def service_binding(self, name: str) -> dict[str, Any] | None:
         """The App Cluster's APIServiceBinding named after an export (as ``kubectl bind`` and
         the konnector name it), or None where there is none or we may not read it."""
         try:
@@ -185,7 +186,7 @@ class ClusterView:
                 return None
             raise
 
-    def app_secret(self, namespace: str, name: str) -> dict | None:
+    def app_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.app.get(SECRETS, namespace, name)
 
     def watch_kind(self, export: Export) -> None:
@@ -212,32 +213,34 @@ class ClusterView:
 
     # -- App claims and Secret copies -------------------------------------------------------
 
-    def app_claims(self, export: Export) -> list[dict]:
+    def app_claims(self, export: Export) -> list[dict[str, Any]]:
         informer = self.app_claim_caches.get(export.name)
         return informer.items() if informer else []
 
-    def app_claim(self, export: Export, namespace: str, name: str) -> dict | None:
+    def app_claim(self, export: Export, namespace: str, name: str) -> dict[str, Any] | None:
         informer = self.app_claim_caches.get(export.name)
         return informer.get(namespace, name) if informer else None
 
-    def get_app(self, resource: Resource, namespace: str, name: str) -> dict | None:
+    def get_app(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
         return self.app.get(resource, namespace, name)
 
     def apply_app(
-        self, resource: Resource, body: dict, *, force: bool = False, status: bool = False
-    ) -> dict:
+        self, resource: Resource, body: dict[str, Any], *, force: bool = False, status: bool = False
+    ) -> dict[str, Any]:
         return self.app.apply(resource, body, force=force, subresource="status" if status else None)
 
-    def patch_app(self, resource: Resource, namespace: str, name: str, patch: dict) -> None:
+    def patch_app(
+        self, resource: Resource, namespace: str, name: str, patch: dict[str, Any]
+    ) -> None:
         self.app.patch(resource, namespace, name, patch)
 
     def delete_app(self, resource: Resource, namespace: str, name: str) -> None:
         self.app.delete(resource, namespace, name)
 
-    def secret_copies(self) -> list[dict]:
+    def secret_copies(self) -> list[dict[str, Any]]:
         return self.app_secret_cache.items()
 
-    def secret_copy(self, namespace: str, name: str) -> dict | None:
+    def secret_copy(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.app_secret_cache.get(namespace, name)
 
     def event(
@@ -253,7 +256,7 @@ class ClusterView:
 
     # -- Control Plane ----------------------------------------------------------------------
 
-    def namespace_mapping(self, namespace: str) -> dict | None:
+    def namespace_mapping(self, namespace: str) -> dict[str, Any] | None:
         return self.cp.get(API_SERVICE_NAMESPACES, self.spec.consumer_namespace, namespace)
 
     def request_namespace_mapping(self, namespace: str) -> None:
@@ -288,14 +291,14 @@ class ClusterView:
                         transform=slim_copy,
                     )
 
-    def cp_claim(self, export: Export, target: str, name: str) -> dict | None:
+    def cp_claim(self, export: Export, target: str, name: str) -> dict[str, Any] | None:
         cache = self.cp_claim_caches.get((export.name, target))
         return cache.get(target, name) if cache else None
 
-    def get_cp(self, resource: Resource, namespace: str, name: str) -> dict | None:
+    def get_cp(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
         return self.cp.get(resource, namespace, name)
 
-    def apply_cp(self, resource: Resource, body: dict) -> None:
+    def apply_cp(self, resource: Resource, body: dict[str, Any]) -> None:
         self.cp.apply(resource, body, force=True)
 
     def delete_cp(self, resource: Resource, namespace: str, name: str) -> bool:
@@ -305,6 +308,6 @@ class ClusterView:
         cache = self.cp_secret_caches.get(target)
         return cache is not None and cache.synced.is_set()
 
-    def cp_secret(self, target: str, name: str) -> dict | None:
+    def cp_secret(self, target: str, name: str) -> dict[str, Any] | None:
         cache = self.cp_secret_caches.get(target)
         return cache.get(target, name) if cache else None

@@ -22,7 +22,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -43,6 +43,13 @@ log = logging.getLogger(__name__)
 
 MAX_BODY = 1024 * 1024  # bytes; push payloads list at most 20 commits, far below this
 MAX_DELIVERY_ID = 200  # characters; the forges send UUIDs
+
+
+class Receipt(TypedDict):
+    """What a verified delivery carries into its event: its ID and the digest of its body."""
+
+    delivery: str
+    digest: str
 
 
 def parse_push(
@@ -89,7 +96,7 @@ def inspect(
         return _ignored(provider, urls, f"{event[:100]!r} events are not pushes or pull requests")
     verified = _verify(spec, lowered, body, candidates(urls))
     delivery = lowered.get(spec.delivery_header.lower(), "")[:MAX_DELIVERY_ID]
-    receipt = {"delivery": delivery, "digest": hashlib.sha256(body).hexdigest()}
+    receipt = Receipt(delivery=delivery, digest=hashlib.sha256(body).hexdigest())
     if event == spec.pull_event:
         return _pull_request(spec, provider, payload, urls, verified, receipt)
     if event != spec.push_event:
@@ -115,7 +122,7 @@ def _pull_request(
     payload: Mapping[str, Any],
     urls: frozenset[str],
     verified: frozenset[str],
-    receipt: Mapping[str, str],
+    receipt: Receipt,
 ) -> PullRequestEvent | str:
     pull = spec.pull_request(provider, payload, urls)
     if isinstance(pull, str):
@@ -134,7 +141,7 @@ def _push(
     payload: Mapping[str, Any],
     urls: frozenset[str],
     verified: frozenset[str],
-    receipt: Mapping[str, str],
+    receipt: Receipt,
 ) -> PushEvent | str:
     ref = payload.get("ref")
     after = payload.get("after", payload.get("checkout_sha"))
