@@ -15,9 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from klutch_gitops.apis import DELETION_PROTECTION, REPOSITORY_LABEL
-from klutch_gitops.kube.events import timestamp
 from klutch_gitops.manifests import Claim, Identity
-from reconciler.sync import events, progress
 
 PREFIX = "gitops.klutch.anynines.com"
 PATH_ANNOTATION = f"{PREFIX}/path"
@@ -194,45 +192,8 @@ def _subset(want: Any, have: Any) -> bool:
     return want == have
 
 
-def status_object(
-    live_app: Mapping[str, Any],
-    upstream: Mapping[str, Any],
-    in_sync: bool = True,
-    refused: str | None = None,
-    held: str | None = None,
-    stamps: bool = False,
-    top: bool = False,
-) -> dict | None:
-    """The status-subresource apply that copies the Control Plane's ``.status``; None if equal.
-
-    ``in_sync``: the Control Plane copy has the App copy's spec; generations are counted in the
-    App copy's (``progress.app_generations``: conditions' ``observedGeneration``, written on
-    ``Ready`` and ``Synced`` where the provider wrote none only when the App schema declares it,
-    ``stamps``; the top-level one only where it declares that, ``top``: the catalog's XRDs do).
-    ``refused``: why the pass refused the claim's change; the status then says ``Synced`` False
-    (reconciler/sync/events.py) about the App copy's generation, so that health checks fail it
-    rather than wait. Our own error is cleared even where the copy has no status.
-    ``held``: why the object's deletion is held; the status then says ``Ready`` False.
-    """
-    status = upstream.get("status")
-    live_status = live_app.get("status")
-    if status is None:
-        if (
-            refused is None
-            and held is None
-            and events.synced_error((live_status or {}).get("conditions")) is None
-        ):
-            return None
-        status = {}
-    status = progress.app_generations(status, upstream, live_app, in_sync, stamps, top)
-    if refused is not None:
-        status = progress.refused(
-            events.with_refusal(status, refused, live_status, timestamp()), live_app, stamps, top
-        )
-    if held is not None:
-        status = progress.with_held(status, held, live_status, timestamp())
-    if live_status == status:
-        return None
+def status_patch(live_app: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """The status-subresource apply that gives the App object ``status`` (``app_status``)."""
     meta = live_app["metadata"]
     return {
         "apiVersion": live_app["apiVersion"],
