@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from klutch_gitops.failpoints import failpoint
 from klutch_gitops.kube.client import KubeError, Resource
@@ -51,8 +52,10 @@ class Source:
 class Write:
     claim: Claim
     resource: Resource
-    app_body: dict | None  # None: the App copy is as it should be
-    cp_body: dict | None  # None: the Control Plane copy is, or its namespace is not mapped yet
+    app_body: dict[str, Any] | None  # None: the App copy is as it should be
+    cp_body: (
+        dict[str, Any] | None
+    )  # None: the Control Plane copy is, or its namespace is not mapped yet
 
 
 def apply_claims(view: View, claims: tuple[Claim, ...], source: Source) -> list[Failed]:
@@ -123,7 +126,9 @@ def write_claim(view: View, write: Write, external: bool) -> list[Failed]:
     return write_cp(view, write, write.cp_body, live)
 
 
-def write_app(view: View, write: Write, external: bool) -> tuple[dict | None, list[Failed]]:
+def write_app(
+    view: View, write: Write, external: bool
+) -> tuple[dict[str, Any] | None, list[Failed]]:
     """The App copy, if it differs: the live App object afterwards, and the refusal if any
     (with a Warning Event on the object where it exists)."""
     claim, resource = write.claim, write.resource
@@ -139,7 +144,9 @@ def write_app(view: View, write: Write, external: bool) -> tuple[dict | None, li
         return live, [refusal(claim, error, "App Cluster")]
 
 
-def write_cp(view: View, write: Write, body: dict, live: dict | None) -> list[Failed]:
+def write_cp(
+    view: View, write: Write, body: dict[str, Any], live: dict[str, Any] | None
+) -> list[Failed]:
     """The Control Plane copy ``body``, and a Normal Event about it on the App object ``live``."""
     claim, resource = write.claim, write.resource
     try:
@@ -159,7 +166,9 @@ def write_cp(view: View, write: Write, body: dict, live: dict | None) -> list[Fa
     return []
 
 
-def apply_app(view: View, resource: Resource, body: dict, external: bool) -> dict:
+def apply_app(
+    view: View, resource: Resource, body: dict[str, Any], external: bool
+) -> dict[str, Any]:
     """Server-side apply of an App claim. On a field conflict, once, the fields kubectl set
     are taken over as Flux does (``objects.without_kubectl_managers``) and the apply is
     repeated: a claim made with kubectl moves into Git. Another tool's fields stay a conflict.

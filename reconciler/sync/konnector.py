@@ -60,8 +60,9 @@ def secret_ref(binding: Mapping[str, Any]) -> SecretRef | None:
     ref = (binding.get("spec") or {}).get("kubeconfigSecretRef")
     if not isinstance(ref, Mapping):
         return None
-    namespace, name, key = ref.get("namespace"), ref.get("name"), ref.get("key") or DEFAULT_KEY
-    if not all(isinstance(v, str) and v for v in (namespace, name, key)):
+    fields = (ref.get("namespace"), ref.get("name"), ref.get("key") or DEFAULT_KEY)
+    namespace, name, key = (v if isinstance(v, str) else "" for v in fields)
+    if not (namespace and name and key):
         return None
     return SecretRef(namespace, name, key)
 

@@ -189,7 +189,7 @@ def _subset(want: Any, have: Any) -> bool:
             and len(want) == len(have)
             and all(_subset(w, h) for w, h in zip(want, have, strict=True))
         )
-    return want == have
+    return bool(want == have)
 
 
 def status_patch(live_app: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
@@ -203,7 +203,7 @@ def status_patch(live_app: Mapping[str, Any], status: Mapping[str, Any]) -> dict
     }
 
 
-def finalizer_release(live: Mapping[str, Any], finalizer: str = FINALIZER) -> dict | None:
+def finalizer_release(live: Mapping[str, Any], finalizer: str = FINALIZER) -> dict[str, Any] | None:
     """The merge patch that drops ``finalizer``, preconditioned on the resourceVersion the list
     was read at: a merge patch replaces the whole list, so a finalizer another controller added
     since would be lost; with the precondition the API server answers 409 instead and the list
@@ -296,7 +296,9 @@ def to_prune(live: Iterable[Mapping[str, Any]], desired: set[Identity]) -> list[
 TAKEOVER_MANAGERS = (("kubectl", "Apply"), ("kubectl", "Update"), ("before-first-apply", "Update"))
 
 
-def without_kubectl_managers(managed_fields: Iterable[Mapping[str, Any]]) -> list[dict] | None:
+def without_kubectl_managers(
+    managed_fields: Iterable[Mapping[str, Any]],
+) -> list[dict[str, Any]] | None:
     """The object's managedFields without kubectl's entries, or None when it has none.
 
     An empty remainder is one empty entry: the apiserver ignores an empty list."""

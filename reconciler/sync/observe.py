@@ -4,6 +4,7 @@ the statuses Git gets."""
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from klutch_gitops.kube.client import SECRETS, Resource
 from klutch_gitops.kube.conditions import now
@@ -17,7 +18,7 @@ from reconciler.sync.view import View, claim_resource, resource_of
 from reconciler.sync.writeback import ObservedStatus
 
 
-def upstream(view: View, claim: Claim) -> dict | None:
+def upstream(view: View, claim: Claim) -> dict[str, Any] | None:
     """The claim's Control Plane copy, from the cache; None while its namespace is unmapped."""
     target = view.mapping.get(claim.identity.namespace)
     if target is None:
@@ -146,11 +147,11 @@ def tell(
     write_status(view, resource_of(export, _version(live)), inputs)
 
 
-def _version(live: dict) -> str | None:
+def _version(live: dict[str, Any]) -> str | None:
     return str(live.get("apiVersion", "")).rpartition("/")[2] or None
 
 
-def stamps(export: Export, live: dict) -> tuple[bool, bool]:
+def stamps(export: Export, live: dict[str, Any]) -> tuple[bool, bool]:
     """Whether the live App claim's version lets its conditions, and its status itself, carry
     ``observedGeneration``: the export's schema, which the App CRD copies (conditions:
     Crossplane 2's claims yes, 1.20's no; top-level: where the XRD declares it, as the
@@ -160,7 +161,9 @@ def stamps(export: Export, live: dict) -> tuple[bool, bool]:
     return progress.conditions_take_generation(schema), progress.status_takes_generation(schema)
 
 
-def copy_secrets(view: View, claim: Claim, live: dict, target: str, repository: str) -> bool:
+def copy_secrets(
+    view: View, claim: Claim, live: dict[str, Any], target: str, repository: str
+) -> bool:
     """The provider's Secrets of a claim to its App namespace; whether anything was written."""
     if not view.cp_secrets_synced(target):
         return False  # an unfilled cache would look like deleted credentials

@@ -12,8 +12,10 @@ A kind that Klutch's konnector serves for another consumer namespace is not touc
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from typing import Any
 
+from klutch_gitops.apis import DELETION_PROTECTION
 from klutch_gitops.kube.client import KubeError, Resource
 from klutch_gitops.kube.events import NORMAL
 from klutch_gitops.manifests import Identity
@@ -49,12 +51,11 @@ def prune(view: View, desired: DesiredState, conflicts: Collection[str]) -> list
     return problems
 
 
-def prune_refused(live: dict) -> Failed:
+def prune_refused(live: Mapping[str, Any]) -> Failed:
     return Failed(
         file=live["metadata"].get("annotations", {}).get(objects.FILE_ANNOTATION, ""),
         message=f"{Identity.of(live)} left Git but is deletion-protected; it was not deleted",
-        fix=f"remove the {objects.DELETION_PROTECTION} annotation from the live object to "
-        "delete it",
+        fix=f"remove the {DELETION_PROTECTION} annotation from the live object to delete it",
     )
 
 
@@ -107,7 +108,7 @@ RELEASED = "Released"  # a held object whose claim is back in Git, let go withou
 RELEASE_ATTEMPTS = 3
 
 
-def _finalizing(live: dict, repository: str) -> bool:
+def _finalizing(live: dict[str, Any], repository: str) -> bool:
     """Whether an App object is being deleted and waits for our finalizer."""
     meta = live["metadata"]
     return bool(
@@ -117,7 +118,7 @@ def _finalizing(live: dict, repository: str) -> bool:
     )
 
 
-def _release(view: View, resource: Resource, live: dict, target: str | None) -> None:
+def _release(view: View, resource: Resource, live: dict[str, Any], target: str | None) -> None:
     """Delete the Control Plane copy; once it is gone, drop our finalizer from the App object."""
     meta = live["metadata"]
     if target is not None and (
@@ -129,7 +130,7 @@ def _release(view: View, resource: Resource, live: dict, target: str | None) -> 
         view.event(resource, live, events.DELETED, "the Control Plane copy is deleted", NORMAL)
 
 
-def _let_go(view: View, resource: Resource, live: dict) -> None:
+def _let_go(view: View, resource: Resource, live: dict[str, Any]) -> None:
     """A held deletion-protected object whose claim is in Git again: drop our finalizer and
     leave the Control Plane copy as it is. The object goes; the tool (or our next apply)
     re-creates it, and it is adopted again with the same copy and its data."""
@@ -141,14 +142,16 @@ def _let_go(view: View, resource: Resource, live: dict) -> None:
         view.event(resource, live, RELEASED, message, NORMAL)
 
 
-def drop_finalizer(view: View, resource: Resource, live: dict) -> bool:
+def drop_finalizer(view: View, resource: Resource, live: dict[str, Any]) -> bool:
     """Remove our finalizer with the resourceVersion it was read at as a precondition
     (``objects.finalizer_release``): another controller's finalizer added meanwhile is a 409,
     and the list is read again. False when the object is gone, no longer carries ours, or kept
     changing (its change events bring the next pass)."""
-    current: dict | None = live
+    current: dict[str, Any] | None = live
     for _ in range(RELEASE_ATTEMPTS):
-        patch = objects.finalizer_release(current) if current is not None else None
+        if current is None:
+            return False
+        patch = objects.finalizer_release(current)
         if patch is None:
             return False
         meta = current["metadata"]
@@ -164,7 +167,7 @@ def drop_finalizer(view: View, resource: Resource, live: dict) -> bool:
     return False
 
 
-def deletion_held(live: dict, path: str) -> Held:
+def deletion_held(live: dict[str, Any], path: str) -> Held:
     """A deletion-protected App object that is being deleted, reported."""
     message = (
         f"{Identity.of(live)} is being deleted but is deletion-protected; its Control Plane copy "
@@ -176,6 +179,6 @@ def deletion_held(live: dict, path: str) -> Held:
         message=message,
         fix="to keep it, put the claim back in Git: the object is released without touching "
         "its Control Plane copy and is re-created with its data; to delete the service, "
-        f"remove the {objects.DELETION_PROTECTION} annotation from the live object",
+        f"remove the {DELETION_PROTECTION} annotation from the live object",
         identity=Identity.of(live),
     )
