@@ -110,12 +110,12 @@ def log_pass(name: str, sync: Sync, seconds: float, error: str | None) -> None:
     elif sync.head is None:
         extra["outcome"] = "no-branch"
     elif outcome is not None:
-        refused = outcome.rejections
+        refused = outcome.refused
         extra.update(
             commit=outcome.commit[:12],
             claims=outcome.claims,
             refused=documents(refused),
-            problems=len(outcome.stage_problems),
-            outcome="refused" if refused else "apply-failed" if outcome.stage_problems else "ready",
+            problems=len(outcome.found),
+            outcome="refused" if refused else "apply-failed" if outcome.found else "ready",
         )
     log.info("pass", extra=extra)

@@ -33,9 +33,7 @@ from klutch_gitops.kube import conditions
 from klutch_gitops.kube.client import Kube, KubeError
 from klutch_gitops.kube.conditions import condition
 from klutch_gitops.kube.events import WARNING, EventRecorder
-from klutch_gitops.manifests import Rejection
-from reconciler.sync.outcome import PassOutcome, documents
-from reconciler.sync.prune import HELD_FIELD
+from reconciler.sync.outcome import PassOutcome, Problem, documents
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +74,7 @@ KEPT_WHILE_SUSPENDED = (
 )
 
 
-def describe(refusal: Rejection) -> str:
+def describe(refusal: Problem) -> str:
     """A refusal on one line: file, document, field, message and fix."""
     where = refusal.file if refusal.document is None else f"{refusal.file}#{refusal.document}"
     if refusal.field:
@@ -91,7 +89,7 @@ def stalled(report: Report) -> tuple[str, str] | None:
     if report.conflicts:
         return "ForeignKonnector", report.conflicts
     outcome = report.last_pass
-    refused = outcome.rejections if outcome is not None else ()
+    refused = outcome.refused if outcome is not None else ()
     if refused:
         return "DocumentsRefused", (
             f"{documents(refused)} document(s) refused, reasons in the write-back; the first: "
@@ -102,8 +100,8 @@ def stalled(report: Report) -> tuple[str, str] | None:
 
 def stage_message(outcome: PassOutcome) -> str:
     """The first problems the stages found, retried on the next pass."""
-    shown = "; ".join(describe(p) for p in outcome.stage_problems[:3])
-    return f"{len(outcome.stage_problems)} problem(s) applying {outcome.commit[:12]}: {shown}"
+    shown = "; ".join(describe(p) for p in outcome.found[:3])
+    return f"{len(outcome.found)} problem(s) applying {outcome.commit[:12]}: {shown}"
 
 
 def failed(report: Report) -> tuple[str, str] | None:
@@ -113,8 +111,8 @@ def failed(report: Report) -> tuple[str, str] | None:
     if report.error and not report.reference_error:
         return "SyncFailed", report.error
     outcome = report.last_pass
-    if outcome is not None and outcome.stage_problems:
-        held = all(p.field == HELD_FIELD for p in outcome.stage_problems)
+    if outcome is not None and outcome.found:
+        held = len(outcome.held) == len(outcome.found)
         return ("DeletionHeld" if held else "ApplyFailed"), stage_message(outcome)
     if report.write_back_error:
         return "WriteBackFailed", report.write_back_error
@@ -204,7 +202,7 @@ def step_conditions(report: Report) -> list[dict[str, Any]]:
         fetched = condition("Fetched", None, "Fetching", "the branch is not fetched yet")
     if outcome is None:
         applied = condition("Applied", None, "Progressing", "no pass has completed yet")
-    elif outcome.stage_problems:
+    elif outcome.found:
         applied = condition("Applied", False, "ApplyFailed", stage_message(outcome))
     else:
         applied = condition("Applied", True, "Applied", f"applied {outcome.commit[:12]}")
@@ -251,7 +249,7 @@ def binding_status(report: Report, previous: Mapping[str, Any] | None, now: str)
     if outcome is not None:
         status["lastAppliedCommit"] = outcome.commit
         status["claims"] = outcome.claims
-        status["rejected"] = outcome.refused
+        status["rejected"] = outcome.refused_documents
         if outcome.refusals:
             status["refusals"] = outcome.first_refusals()
     if report.last_status_commit:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from klutch_gitops.manifests import Claim, Identity, Location, Rejection
+from klutch_gitops.manifests import Claim, Identity, Location
 from reconciler.sync import objects
+from reconciler.sync.outcome import Failed
 from reconciler.sync.view import View
 
 
@@ -22,7 +23,7 @@ def adopt(
     repository: str,
     app_namespaces: tuple[str, ...],
     path: str,
-) -> tuple[tuple[Claim, ...], list[Rejection]]:
+) -> tuple[tuple[Claim, ...], list[Failed]]:
     """The claims to mirror from every exported kind's App objects, and the refused ones."""
     return adopted(live_claims(view), in_git, repository, app_namespaces, path)
 
@@ -75,12 +76,12 @@ def adopted(
     repository: str,
     app_namespaces: tuple[str, ...],
     path: str,
-) -> tuple[tuple[Claim, ...], list[Rejection]]:
+) -> tuple[tuple[Claim, ...], list[Failed]]:
     """The App objects to mirror, as claims sorted by identity; an object Git names that
     another repository's label claims is refused, not mirrored."""
     git_claims = {c.identity: c for c in in_git}
     claims: list[Claim] = []
-    problems: list[Rejection] = []
+    problems: list[Failed] = []
     for live in live_objects:
         meta = live["metadata"]
         if meta["namespace"] not in app_namespaces or meta.get("deletionTimestamp"):
@@ -91,7 +92,7 @@ def adopted(
         if owner not in (None, repository):
             if git is not None:
                 problems.append(
-                    Rejection(
+                    Failed(
                         file=git.location.file,
                         document=git.location.document,
                         message=f"{identity} in the App Cluster belongs to repository "

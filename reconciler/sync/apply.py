@@ -16,12 +16,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from klutch_gitops.failpoints import failpoint
 from klutch_gitops.kube.client import KubeError, Resource
 from klutch_gitops.kube.events import NORMAL
-from klutch_gitops.manifests import Claim, Rejection
+from klutch_gitops.manifests import Claim
 from reconciler.sync import events, objects
+from reconciler.sync.outcome import Failed
 from reconciler.sync.view import View, claim_resource
 
 # Writes in flight per cluster and pass. The registrations on one kubeconfig identity share one
@@ -50,11 +52,13 @@ class Source:
 class Write:
     claim: Claim
     resource: Resource
-    app_body: dict | None  # None: the App copy is as it should be
-    cp_body: dict | None  # None: the Control Plane copy is, or its namespace is not mapped yet
+    app_body: dict[str, Any] | None  # None: the App copy is as it should be
+    cp_body: (
+        dict[str, Any] | None
+    )  # None: the Control Plane copy is, or its namespace is not mapped yet
 
 
-def apply_claims(view: View, claims: tuple[Claim, ...], source: Source) -> list[Rejection]:
+def apply_claims(view: View, claims: tuple[Claim, ...], source: Source) -> list[Failed]:
     """Write what differs for every claim; the refused writes as problems.
 
     Deciding is cheap and done in order; only the writes run concurrently, so an idle pass
@@ -68,13 +72,13 @@ def apply_claims(view: View, claims: tuple[Claim, ...], source: Source) -> list[
     return [p for problems in found for p in problems]
 
 
-def write_both(view: View, writes: list[Write], external: bool) -> list[list[Rejection]]:
+def write_both(view: View, writes: list[Write], external: bool) -> list[list[Failed]]:
     """Each write's problems, the App Cluster and the Control Plane written by a pool each: a
     claim's Control Plane write is queued when its App write returns (or at once without one).
     Returns once every write is done; an unexpected error is raised after that."""
     with ThreadPoolExecutor(APPLY_CONCURRENCY, thread_name_prefix="apply-cp") as cp_pool:
 
-        def app_then_cp(write: Write) -> Callable[[], list[Rejection]]:
+        def app_then_cp(write: Write) -> Callable[[], list[Failed]]:
             live, problems = write_app(view, write, external)
             if problems or write.cp_body is None:
                 return lambda: problems
@@ -114,7 +118,7 @@ def plan(view: View, claim: Claim, source: Source) -> Write | None:
     return Write(claim, claim_resource(export, claim), app_body, cp_body)
 
 
-def write_claim(view: View, write: Write, external: bool) -> list[Rejection]:
+def write_claim(view: View, write: Write, external: bool) -> list[Failed]:
     """One claim: its App copy, then (if that was accepted) its Control Plane copy."""
     live, problems = write_app(view, write, external)
     if problems or write.cp_body is None:
@@ -122,7 +126,9 @@ def write_claim(view: View, write: Write, external: bool) -> list[Rejection]:
     return write_cp(view, write, write.cp_body, live)
 
 
-def write_app(view: View, write: Write, external: bool) -> tuple[dict | None, list[Rejection]]:
+def write_app(
+    view: View, write: Write, external: bool
+) -> tuple[dict[str, Any] | None, list[Failed]]:
     """The App copy, if it differs: the live App object afterwards, and the refusal if any
     (with a Warning Event on the object where it exists)."""
     claim, resource = write.claim, write.resource
@@ -138,7 +144,9 @@ def write_app(view: View, write: Write, external: bool) -> tuple[dict | None, li
         return live, [refusal(claim, error, "App Cluster")]
 
 
-def write_cp(view: View, write: Write, body: dict, live: dict | None) -> list[Rejection]:
+def write_cp(
+    view: View, write: Write, body: dict[str, Any], live: dict[str, Any] | None
+) -> list[Failed]:
     """The Control Plane copy ``body``, and a Normal Event about it on the App object ``live``."""
     claim, resource = write.claim, write.resource
     try:
@@ -158,7 +166,9 @@ def write_cp(view: View, write: Write, body: dict, live: dict | None) -> list[Re
     return []
 
 
-def apply_app(view: View, resource: Resource, body: dict, external: bool) -> dict:
+def apply_app(
+    view: View, resource: Resource, body: dict[str, Any], external: bool
+) -> dict[str, Any]:
     """Server-side apply of an App claim. On a field conflict, once, the fields kubectl set
     are taken over as Flux does (``objects.without_kubectl_managers``) and the apply is
     repeated: a claim made with kubectl moves into Git. Another tool's fields stay a conflict.
@@ -183,8 +193,8 @@ def apply_app(view: View, resource: Resource, body: dict, external: bool) -> dic
         return view.apply_app(resource, body)
 
 
-def refusal(claim: Claim, error: KubeError, where: str) -> Rejection:
-    return Rejection(
+def refusal(claim: Claim, error: KubeError, where: str) -> Failed:
+    return Failed(
         file=claim.location.file,
         document=claim.location.document,
         message=f"{where} refused {claim.identity}: {error.message}",

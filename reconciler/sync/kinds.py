@@ -14,8 +14,9 @@ import logging
 from typing import Any
 
 from klutch_gitops.kube.client import KubeError
-from klutch_gitops.manifests import Export, Rejection
+from klutch_gitops.manifests import Export
 from reconciler.sync import app_crds, konnector, objects
+from reconciler.sync.outcome import Failed
 from reconciler.sync.view import View
 
 log = logging.getLogger(__name__)
@@ -23,10 +24,10 @@ log = logging.getLogger(__name__)
 
 def serve_exported_kinds(
     view: View, raw_exports: list[dict[str, Any]], path: str, consumer_namespace: str
-) -> tuple[dict[str, konnector.Verdict], list[Rejection]]:
+) -> tuple[dict[str, konnector.Verdict], list[Failed]]:
     """The konnector verdict of each export (by name), and the CRDs left alone as problems."""
     verdicts: dict[str, konnector.Verdict] = {}
-    problems: list[Rejection] = []
+    problems: list[Failed] = []
     for raw in raw_exports:
         name = raw["metadata"]["name"]
         service_binding = view.service_binding(name)
@@ -43,8 +44,8 @@ def serve_exported_kinds(
     return verdicts, problems
 
 
-def foreign_crd(name: str, path: str) -> Rejection:
-    return Rejection(
+def foreign_crd(name: str, path: str) -> Failed:
+    return Failed(
         file=path,
         message=(
             f"CustomResourceDefinition {name} in the App Cluster is not managed by "

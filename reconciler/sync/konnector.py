@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.manifests import Claim, Rejection
+from klutch_gitops.manifests import Claim
 from klutch_gitops.tenant_kubeconfig import load
+from reconciler.sync.outcome import Foreign
 
 DEFAULT_KEY = "kubeconfig"  # Klutch's LocalSecretKeyRef allows only this key
 
@@ -59,8 +60,9 @@ def secret_ref(binding: Mapping[str, Any]) -> SecretRef | None:
     ref = (binding.get("spec") or {}).get("kubeconfigSecretRef")
     if not isinstance(ref, Mapping):
         return None
-    namespace, name, key = ref.get("namespace"), ref.get("name"), ref.get("key") or DEFAULT_KEY
-    if not all(isinstance(v, str) and v for v in (namespace, name, key)):
+    fields = (ref.get("namespace"), ref.get("name"), ref.get("key") or DEFAULT_KEY)
+    namespace, name, key = (v if isinstance(v, str) else "" for v in fields)
+    if not (namespace and name and key):
         return None
     return SecretRef(namespace, name, key)
 
@@ -121,14 +123,14 @@ def refuse_foreign(
     claims: tuple[Claim, ...],
     conflicts: Mapping[str, Verdict],
     export_name: Callable[[Claim], str],
-) -> tuple[tuple[Claim, ...], list[Rejection]]:
+) -> tuple[tuple[Claim, ...], list[Foreign]]:
     """Leave out the claims of a kind a konnector serves for another consumer namespace
     (``conflicts``, by export name), and report each of its documents in Git as refused with
     the reason and the fix."""
     if not conflicts:
         return claims, []
     problems = [
-        Rejection(
+        Foreign(
             file=claim.location.file,
             document=claim.location.document,
             identity=claim.identity,

@@ -15,9 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from klutch_gitops.apis import DELETION_PROTECTION, REPOSITORY_LABEL
-from klutch_gitops.kube.events import timestamp
 from klutch_gitops.manifests import Claim, Identity
-from reconciler.sync import events, progress
 
 PREFIX = "gitops.klutch.anynines.com"
 PATH_ANNOTATION = f"{PREFIX}/path"
@@ -191,48 +189,11 @@ def _subset(want: Any, have: Any) -> bool:
             and len(want) == len(have)
             and all(_subset(w, h) for w, h in zip(want, have, strict=True))
         )
-    return want == have
+    return bool(want == have)
 
 
-def status_object(
-    live_app: Mapping[str, Any],
-    upstream: Mapping[str, Any],
-    in_sync: bool = True,
-    refused: str | None = None,
-    held: str | None = None,
-    stamps: bool = False,
-    top: bool = False,
-) -> dict | None:
-    """The status-subresource apply that copies the Control Plane's ``.status``; None if equal.
-
-    ``in_sync``: the Control Plane copy has the App copy's spec; generations are counted in the
-    App copy's (``progress.app_generations``: conditions' ``observedGeneration``, written on
-    ``Ready`` and ``Synced`` where the provider wrote none only when the App schema declares it,
-    ``stamps``; the top-level one only where it declares that, ``top``: the catalog's XRDs do).
-    ``refused``: why the pass refused the claim's change; the status then says ``Synced`` False
-    (reconciler/sync/events.py) about the App copy's generation, so that health checks fail it
-    rather than wait. Our own error is cleared even where the copy has no status.
-    ``held``: why the object's deletion is held; the status then says ``Ready`` False.
-    """
-    status = upstream.get("status")
-    live_status = live_app.get("status")
-    if status is None:
-        if (
-            refused is None
-            and held is None
-            and events.synced_error((live_status or {}).get("conditions")) is None
-        ):
-            return None
-        status = {}
-    status = progress.app_generations(status, upstream, live_app, in_sync, stamps, top)
-    if refused is not None:
-        status = progress.refused(
-            events.with_refusal(status, refused, live_status, timestamp()), live_app, stamps, top
-        )
-    if held is not None:
-        status = progress.with_held(status, held, live_status, timestamp())
-    if live_status == status:
-        return None
+def status_patch(live_app: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """The status-subresource apply that gives the App object ``status`` (``app_status``)."""
     meta = live_app["metadata"]
     return {
         "apiVersion": live_app["apiVersion"],
@@ -242,7 +203,7 @@ def status_object(
     }
 
 
-def finalizer_release(live: Mapping[str, Any], finalizer: str = FINALIZER) -> dict | None:
+def finalizer_release(live: Mapping[str, Any], finalizer: str = FINALIZER) -> dict[str, Any] | None:
     """The merge patch that drops ``finalizer``, preconditioned on the resourceVersion the list
     was read at: a merge patch replaces the whole list, so a finalizer another controller added
     since would be lost; with the precondition the API server answers 409 instead and the list
@@ -335,7 +296,9 @@ def to_prune(live: Iterable[Mapping[str, Any]], desired: set[Identity]) -> list[
 TAKEOVER_MANAGERS = (("kubectl", "Apply"), ("kubectl", "Update"), ("before-first-apply", "Update"))
 
 
-def without_kubectl_managers(managed_fields: Iterable[Mapping[str, Any]]) -> list[dict] | None:
+def without_kubectl_managers(
+    managed_fields: Iterable[Mapping[str, Any]],
+) -> list[dict[str, Any]] | None:
     """The object's managedFields without kubectl's entries, or None when it has none.
 
     An empty remainder is one empty entry: the apiserver ignores an empty list."""

@@ -3,19 +3,22 @@ the statuses Git gets."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from typing import Any
 
 from klutch_gitops.kube.client import SECRETS, Resource
-from klutch_gitops.manifests import Claim, Export, Identity, Rejection
+from klutch_gitops.kube.conditions import now
+from klutch_gitops.manifests import Claim, Export, Identity
 from reconciler.sync import events, objects, progress
+from reconciler.sync.app_status import AppStatusInputs, app_status, git_status
 from reconciler.sync.desired import DesiredState
-from reconciler.sync.prune import HELD_FIELD
+from reconciler.sync.outcome import Failed, Found, Held, only
 from reconciler.sync.unchanged import Quiet
 from reconciler.sync.view import View, claim_resource, resource_of
 from reconciler.sync.writeback import ObservedStatus
 
 
-def upstream(view: View, claim: Claim) -> dict | None:
+def upstream(view: View, claim: Claim) -> dict[str, Any] | None:
     """The claim's Control Plane copy, from the cache; None while its namespace is unmapped."""
     target = view.mapping.get(claim.identity.namespace)
     if target is None:
@@ -28,40 +31,40 @@ def observe(
     desired: DesiredState,
     mirrored: tuple[Claim, ...],
     repository: str,
-    problems: tuple[Rejection, ...] = (),
+    found: Sequence[Found] = (),
     konnector_kinds: Collection[str] = (),
     quiet: Quiet | None = None,
 ) -> tuple[ObservedStatus, ...]:
     """Copy status and provider-owned Secrets to the mirrored App objects; return what Git
     gets (the status of every claim Git holds).
 
-    A live claim whose change was refused says so: a mirrored claim tells the stages'
-    ``problems`` (its apply failed); one left out tells the loader's refusal (its document was
-    refused, so the live claim keeps its old spec), never another stage's: a kind a foreign
-    konnector serves or another repository's object is not ours to write status on.
-    An object whose deletion the pass holds (prune.deletion_held) says ``Ready`` False.
+    A live claim whose change was refused says so: a mirrored claim tells the stages' ``Failed``
+    (its apply failed); one left out tells the loader's refusal (its document was refused, so
+    the live claim keeps its old spec), never another stage's: a kind a foreign konnector serves
+    or another repository's object is not ours to write status on.
+    An object whose deletion the pass holds (``Held``) says ``Ready`` False.
     ``konnector_kinds``: the exports (by name) a konnector of Klutch's serves.
     ``quiet``: the claims whose mirroring wrote nothing last time, to pass over while nothing
     it reads changed (``unchanged.Quiet``); None mirrors every claim."""
-    held = events.refusals_by_claim(tuple(p for p in problems if p.field == HELD_FIELD))
-    told = events.refusals_by_claim(tuple(p for p in problems if p.field != HELD_FIELD))
-    statuses = tuple(observed(view, claim, held) for claim in desired.claims)
+    held = events.refusals_by_claim(only(Held, found))
+    told = events.refusals_by_claim(only(Failed, found))
+    statuses = tuple(observed(view, claim, held.get(claim.identity)) for claim in desired.claims)
     untold = events.refusals_by_claim(desired.rejections)
     quiet = quiet or Quiet()
     for claim in mirrored:
         ident = claim.identity
-        export = view.export_of(claim)
-        marks = export.name in konnector_kinds
-        inputs = quiet.inputs(view, claim, (told.get(ident), held.get(ident), marks))
+        served = view.export_of(claim).name in konnector_kinds
+        said = (told.get(ident), held.get(ident))
+        inputs = quiet.inputs(view, claim, (*said, served))
         if not quiet.unchanged(claim, inputs):
-            wrote = mirror(view, claim, (told, held), marks, repository)
+            wrote = mirror(view, claim, *said, served, repository)
             quiet.seen(claim, None if wrote else inputs)
     quiet.done()
     left_out = {c.identity for c in mirrored}
     for identity in untold.keys() - left_out:
-        tell_refused(view, identity, untold, repository)
+        tell(view, identity, repository, refused=untold[identity])
     for identity in held.keys() - left_out:
-        tell_refused(view, identity, {}, repository, held)
+        tell(view, identity, repository, held=held[identity])
     drop_orphan_secrets(view, mirrored)
     return statuses
 
@@ -69,13 +72,14 @@ def observe(
 def mirror(
     view: View,
     claim: Claim,
-    refusals: tuple[dict[Identity, str], dict[Identity, str]],
+    refused: str | None,
+    held: str | None,
     konnector: bool,
     repository: str,
 ) -> bool:
     """Status and Secrets of one mirrored claim to its App object; whether anything was written.
-    ``refusals``: (told, held); ``konnector``: Klutch's konnector serves its kind."""
-    told, held = refusals
+    ``refused``, ``held``: why the pass refused its change, holds its deletion;
+    ``konnector``: Klutch's konnector serves its kind."""
     export = view.export_of(claim)
     live = view.app_claim(export, claim.identity.namespace, claim.identity.name)
     copy = upstream(view, claim)
@@ -83,61 +87,46 @@ def mirror(
         return False
     target = view.mapping[claim.identity.namespace]
     in_sync = not objects.needs_apply(objects.control_plane_object(claim, target), copy)
-    resource = claim_resource(export, claim)
     # Klutch's konnector writes the App status of a kind it serves too, copying the Control
     # Plane's as it is: our generation marks there would have the two rewrite each other.
-    marks = (False, False) if konnector else stamps(export, live)
-    wrote = mirror_status(view, resource, live, copy, in_sync, told, held, *marks)
+    stamped, top = (False, False) if konnector else stamps(export, live)
+    inputs = AppStatusInputs(live, copy, now(), in_sync, refused, held, stamped, top)
+    wrote = write_status(view, claim_resource(export, claim), inputs)
     return copy_secrets(view, claim, live, target, repository) or wrote
 
 
-def observed(view: View, claim: Claim, held: dict[Identity, str]) -> ObservedStatus:
+def observed(view: View, claim: Claim, held: str | None) -> ObservedStatus:
     """What Git gets for a claim: its Control Plane copy's status (``Ready`` False while its
-    App object's deletion is held)."""
-    status = (upstream(view, claim) or {}).get("status")
-    if claim.identity in held:
-        status = progress.with_held(status or {}, held[claim.identity], None, None)
+    App object's deletion is held, ``held``)."""
+    status = git_status((upstream(view, claim) or {}).get("status"), held)
     return ObservedStatus(
         claim.identity, claim.api_version, status, claim.location.file, claim.location.document
     )
 
 
-def mirror_status(
-    view: View,
-    resource: Resource,
-    live: dict,
-    copy: dict,
-    in_sync: bool,
-    told: dict[Identity, str],
-    held: dict[Identity, str] | None = None,
-    stamped: bool = False,
-    top: bool = False,
-) -> bool:
-    """Copy the Control Plane's status to the live App claim, with ``Synced`` False while the
-    pass refused its change, ``Ready`` False while its deletion is held; a Warning Event when
-    the claim starts telling of a refusal (or tells anew; finalize tells of the held one).
-    ``stamped``, ``top``: the App schema lets conditions, and the status itself, carry
-    ``observedGeneration`` (``stamps``). Whether it wrote."""
-    refused = told.get(Identity.of(live))
-    holding = (held or {}).get(Identity.of(live))
-    patch = objects.status_object(live, copy, in_sync, refused, holding, stamped, top)
-    if patch is None:
+def write_status(view: View, resource: Resource, inputs: AppStatusInputs) -> bool:
+    """Give the live App claim its status (``app_status``), and a Warning Event when it starts
+    telling of a refusal (or tells anew; finalize tells of the held deletion). Whether it
+    wrote."""
+    status = app_status(inputs)
+    if status is None:
         return False
-    view.apply_app(resource, patch, force=True, status=True)
-    if refused is not None:
-        view.event(resource, live, events.RECONCILE_ERROR, refused)
+    view.apply_app(resource, objects.status_patch(inputs.live, status), force=True, status=True)
+    if inputs.refused is not None:
+        view.event(resource, inputs.live, events.RECONCILE_ERROR, inputs.refused)
     return True
 
 
-def tell_refused(
+def tell(
     view: View,
     identity: Identity,
-    told: dict[Identity, str],
     repo: str,
-    held: dict[Identity, str] | None = None,
+    refused: str | None = None,
+    held: str | None = None,
 ) -> None:
-    """A claim whose document was refused keeps its old spec live: its status says why; one
-    whose deletion is held (not mirrored: out of Git, or being deleted) says so.
+    """A claim whose document was refused keeps its old spec live: its status says why
+    (``refused``); one whose deletion is held (not mirrored: out of Git, or being deleted) says
+    so (``held``).
 
     Only a live claim of this repository with a Control Plane copy: one that never got there
     has nothing to tell on (the refusal is in the RepositoryBinding and in Git)."""
@@ -153,15 +142,16 @@ def tell_refused(
         return
     body = objects.control_plane_body(objects.mirrored_body(live), target)
     in_sync = not objects.needs_apply(body, copy)
-    resource = resource_of(export, _version(live))
-    mirror_status(view, resource, live, copy, in_sync, told, held, *stamps(export, live))
+    stamped, top = stamps(export, live)
+    inputs = AppStatusInputs(live, copy, now(), in_sync, refused, held, stamped, top)
+    write_status(view, resource_of(export, _version(live)), inputs)
 
 
-def _version(live: dict) -> str | None:
+def _version(live: dict[str, Any]) -> str | None:
     return str(live.get("apiVersion", "")).rpartition("/")[2] or None
 
 
-def stamps(export: Export, live: dict) -> tuple[bool, bool]:
+def stamps(export: Export, live: dict[str, Any]) -> tuple[bool, bool]:
     """Whether the live App claim's version lets its conditions, and its status itself, carry
     ``observedGeneration``: the export's schema, which the App CRD copies (conditions:
     Crossplane 2's claims yes, 1.20's no; top-level: where the XRD declares it, as the
@@ -171,7 +161,9 @@ def stamps(export: Export, live: dict) -> tuple[bool, bool]:
     return progress.conditions_take_generation(schema), progress.status_takes_generation(schema)
 
 
-def copy_secrets(view: View, claim: Claim, live: dict, target: str, repository: str) -> bool:
+def copy_secrets(
+    view: View, claim: Claim, live: dict[str, Any], target: str, repository: str
+) -> bool:
     """The provider's Secrets of a claim to its App namespace; whether anything was written."""
     if not view.cp_secrets_synced(target):
         return False  # an unfilled cache would look like deleted credentials

@@ -16,10 +16,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from klutch_gitops.manifests import Rejection
 from reconciler.sync import konnector
 from reconciler.sync.kinds import serve_exported_kinds
 from reconciler.sync.namespaces import map_namespaces
+from reconciler.sync.outcome import Failed
 from reconciler.sync.view import View
 
 
@@ -28,7 +28,7 @@ class Prepared(NamedTuple):
     namespace mapping is still pending."""
 
     verdicts: dict[str, konnector.Verdict]
-    problems: list[Rejection]
+    problems: list[Failed]
     pending: bool
 
 

@@ -11,8 +11,7 @@ CRD it generates (1.20's internal/xcrd/crd.go ``genCrdVersion``), and the catalo
 konnector keeps equal, and a server-side apply of an undeclared field fails. So each field is
 written exactly where the App schema declares it: the top-level one wherever the catalog's XRDs
 are applied (both Crossplane lines), the conditions' on Crossplane 2 only.
-A deletion-protected claim whose deletion we hold says ``Ready`` False, so that nobody reads
-the service as fine.
+What a pass adds to the status (a refusal, a held deletion) is in ``app_status``.
 """
 
 from __future__ import annotations
@@ -32,11 +31,11 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _generation(obj: Mapping[str, Any]) -> int | None:
+def generation_of(obj: Mapping[str, Any]) -> int | None:
     return _int((obj.get("metadata") or {}).get("generation"))
 
 
-def _condition(status: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
+def condition_of(status: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
     for condition in (status or {}).get("conditions") or []:
         if isinstance(condition, Mapping) and condition.get("type") == kind:
             return condition
@@ -78,13 +77,13 @@ def reflects_generation(upstream: Mapping[str, Any]) -> bool:
     says so where it says anything (top-level ``observedGeneration``, ``Synced``'s); a copy
     whose status carries neither (Crossplane 1.20's claims) has only its spec to go by, and
     one without a status has not been looked at."""
-    generation = _generation(upstream)
+    generation = generation_of(upstream)
     status = upstream.get("status")
     if not isinstance(status, Mapping):
         return False  # its controller has said nothing yet
     observed = [
         _int(status.get("observedGeneration")),
-        _int((_condition(status, SYNCED) or {}).get("observedGeneration")),
+        _int((condition_of(status, SYNCED) or {}).get("observedGeneration")),
     ]
     return generation is None or all(o is None or o >= generation for o in observed)
 
@@ -102,13 +101,13 @@ def observed_generation(
     generation. On Crossplane 1.20 the copy's status counts no generation at all, so
     "reflects it" can only mean the copy has the spec: the claim reads current from the pass
     that saw its spec taken in, before Crossplane has acted on it (its conditions then tell)."""
-    generation = _generation(live_app)
+    generation = generation_of(live_app)
     if generation is None:
         return None
     if in_sync and reflects_generation(upstream):
         return generation
     status = live_app.get("status")
-    held = status if kind is None else _condition(status, kind)
+    held = status if kind is None else condition_of(status, kind)
     previous = _int((held or {}).get("observedGeneration"))
     return previous if previous is not None else max(generation - 1, 0)
 
@@ -131,7 +130,7 @@ def app_generations(
     schema declares it (``top``, ``status_takes_generation``)."""
     result = copy.deepcopy(dict(status))
     result.pop("observedGeneration", None)
-    upstream_generation, app_generation = _generation(upstream), _generation(live_app)
+    upstream_generation, app_generation = generation_of(upstream), generation_of(live_app)
     if app_generation is None:
         return result
     for condition in result.get("conditions") or []:
@@ -150,44 +149,3 @@ def app_generations(
     if top:
         result["observedGeneration"] = observed_generation(upstream, live_app, in_sync, None)
     return result
-
-
-def refused(
-    status: dict[str, Any], live_app: Mapping[str, Any], stamps: bool, top: bool = False
-) -> dict[str, Any]:
-    """A status that says the App copy's change was refused is about its current generation:
-    its ``Synced`` condition observed (and refused) it, and so did the status as a whole (Flux
-    reads a top-level value first and would wait), so Flux and Argo CD report it failed
-    instead of waiting; each only where the App schema declares the field (``stamps``,
-    ``top``)."""
-    generation = _generation(live_app)
-    synced = _condition(status, SYNCED)
-    if stamps and generation is not None and isinstance(synced, dict):
-        synced["observedGeneration"] = generation
-    if top and generation is not None:
-        status["observedGeneration"] = generation
-    return status
-
-
-def with_held(
-    status: Mapping[str, Any], message: str, live_status: Mapping[str, Any] | None, now: str | None
-) -> dict[str, Any]:
-    """``status`` with ``Ready`` False, reason DeletionHeld: the object is being deleted and our
-    finalizer holds it while its Control Plane copy is kept; ``lastTransitionTime`` is kept
-    while the live claim already says so (none when ``now`` is None: Git's copy, which a time
-    would change every pass)."""
-    result = copy.deepcopy(dict(status))
-    previous = _condition(live_status, READY) or {}
-    since = previous.get("lastTransitionTime") if previous.get("reason") == DELETION_HELD else None
-    condition = {"type": READY, "status": "False", "reason": DELETION_HELD, "message": message}
-    if since or now:
-        condition["lastTransitionTime"] = since or now
-    result["conditions"] = [
-        *(c for c in result.get("conditions") or [] if not _is(c, READY)),
-        condition,
-    ]
-    return result
-
-
-def _is(condition: Any, kind: str) -> bool:
-    return isinstance(condition, Mapping) and condition.get("type") == kind

@@ -2,7 +2,7 @@
 
 A deletion-protected object is never deleted here and its Control Plane copy (the running service)
 is never deleted while the annotation stands. One the tool (or a person) deletes is held by our
-finalizer and reported — a Rejection each pass, one Warning Event that the recorder counts up at
+finalizer and reported — ``Held`` each pass, one Warning Event that the recorder counts up at
 most every five minutes (klutch_gitops/kube/events.py), ``Ready`` False on the App object (observe)
 — until either its claim is in Git again, and it is released *without* touching the Control Plane
 copy so that the tool (or our next apply) re-creates it and adoption takes it back with its data,
@@ -12,17 +12,20 @@ A kind that Klutch's konnector serves for another consumer namespace is not touc
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from typing import Any
 
+from klutch_gitops.apis import DELETION_PROTECTION
 from klutch_gitops.kube.client import KubeError, Resource
 from klutch_gitops.kube.events import NORMAL
-from klutch_gitops.manifests import Identity, Rejection
+from klutch_gitops.manifests import Identity
 from reconciler.sync import events, objects
 from reconciler.sync.desired import DesiredState
+from reconciler.sync.outcome import Failed, Held
 from reconciler.sync.view import View, resource_of
 
 
-def prune(view: View, desired: DesiredState, conflicts: Collection[str]) -> list[Rejection]:
+def prune(view: View, desired: DesiredState, conflicts: Collection[str]) -> list[Failed]:
     """Delete what left Git — but never what a rejected document still names: a typo in a
     live claim, or a file that stopped parsing, must not delete a running data service."""
     keep = {c.identity for c in desired.claims} | {
@@ -30,7 +33,7 @@ def prune(view: View, desired: DesiredState, conflicts: Collection[str]) -> list
     }
     # a rejection that cannot name its object (the file did not parse, ...) holds the file
     held_files = [r.file for r in desired.rejections if r.identity is None]
-    problems: list[Rejection] = []
+    problems: list[Failed] = []
     for export in view.exports.values():
         if export.name in conflicts:
             continue  # a konnector writes this kind for another consumer: hands off
@@ -48,12 +51,11 @@ def prune(view: View, desired: DesiredState, conflicts: Collection[str]) -> list
     return problems
 
 
-def prune_refused(live: dict) -> Rejection:
-    return Rejection(
+def prune_refused(live: Mapping[str, Any]) -> Failed:
+    return Failed(
         file=live["metadata"].get("annotations", {}).get(objects.FILE_ANNOTATION, ""),
         message=f"{Identity.of(live)} left Git but is deletion-protected; it was not deleted",
-        fix=f"remove the {objects.DELETION_PROTECTION} annotation from the live object to "
-        "delete it",
+        fix=f"remove the {DELETION_PROTECTION} annotation from the live object to delete it",
     )
 
 
@@ -66,7 +68,7 @@ def finalize(
     held: set[Identity],
     *,
     in_git: Collection[Identity],
-) -> tuple[set[Identity], list[Rejection]]:
+) -> tuple[set[Identity], list[Held]]:
     """Release an App claim only when its Control Plane copy is really gone, and never delete
     a deletion-protected one's copy: it is held while its claim is out of Git (``in_git``: the
     claims of the Git view this pass holds) and released, its copy untouched, once it is back.
@@ -74,7 +76,7 @@ def finalize(
     ``held``: the deletion-protected objects being deleted that the last pass reported (their
     Event is not repeated); returned, the ones this pass holds."""
     holding: set[Identity] = set()
-    problems: list[Rejection] = []
+    problems: list[Held] = []
     for export in view.exports.values():
         if export.name in conflicts:
             continue  # deletes nothing on the Control Plane while the conflict stands
@@ -106,7 +108,7 @@ RELEASED = "Released"  # a held object whose claim is back in Git, let go withou
 RELEASE_ATTEMPTS = 3
 
 
-def _finalizing(live: dict, repository: str) -> bool:
+def _finalizing(live: dict[str, Any], repository: str) -> bool:
     """Whether an App object is being deleted and waits for our finalizer."""
     meta = live["metadata"]
     return bool(
@@ -116,7 +118,7 @@ def _finalizing(live: dict, repository: str) -> bool:
     )
 
 
-def _release(view: View, resource: Resource, live: dict, target: str | None) -> None:
+def _release(view: View, resource: Resource, live: dict[str, Any], target: str | None) -> None:
     """Delete the Control Plane copy; once it is gone, drop our finalizer from the App object."""
     meta = live["metadata"]
     if target is not None and (
@@ -128,7 +130,7 @@ def _release(view: View, resource: Resource, live: dict, target: str | None) -> 
         view.event(resource, live, events.DELETED, "the Control Plane copy is deleted", NORMAL)
 
 
-def _let_go(view: View, resource: Resource, live: dict) -> None:
+def _let_go(view: View, resource: Resource, live: dict[str, Any]) -> None:
     """A held deletion-protected object whose claim is in Git again: drop our finalizer and
     leave the Control Plane copy as it is. The object goes; the tool (or our next apply)
     re-creates it, and it is adopted again with the same copy and its data."""
@@ -140,14 +142,16 @@ def _let_go(view: View, resource: Resource, live: dict) -> None:
         view.event(resource, live, RELEASED, message, NORMAL)
 
 
-def drop_finalizer(view: View, resource: Resource, live: dict) -> bool:
+def drop_finalizer(view: View, resource: Resource, live: dict[str, Any]) -> bool:
     """Remove our finalizer with the resourceVersion it was read at as a precondition
     (``objects.finalizer_release``): another controller's finalizer added meanwhile is a 409,
     and the list is read again. False when the object is gone, no longer carries ours, or kept
     changing (its change events bring the next pass)."""
-    current: dict | None = live
+    current: dict[str, Any] | None = live
     for _ in range(RELEASE_ATTEMPTS):
-        patch = objects.finalizer_release(current) if current is not None else None
+        if current is None:
+            return False
+        patch = objects.finalizer_release(current)
         if patch is None:
             return False
         meta = current["metadata"]
@@ -163,27 +167,18 @@ def drop_finalizer(view: View, resource: Resource, live: dict) -> bool:
     return False
 
 
-def deletion_held(live: dict, path: str) -> Rejection:
+def deletion_held(live: dict[str, Any], path: str) -> Held:
     """A deletion-protected App object that is being deleted, reported."""
     message = (
         f"{Identity.of(live)} is being deleted but is deletion-protected; its Control Plane copy "
         "is kept and the deletion waits"
     )
     annotations = live["metadata"].get("annotations") or {}
-    return Rejection(
+    return Held(
         file=annotations.get(objects.FILE_ANNOTATION) or path,
         message=message,
         fix="to keep it, put the claim back in Git: the object is released without touching "
         "its Control Plane copy and is re-created with its data; to delete the service, "
-        f"remove the {objects.DELETION_PROTECTION} annotation from the live object",
-        field=HELD_FIELD,
+        f"remove the {DELETION_PROTECTION} annotation from the live object",
         identity=Identity.of(live),
     )
-
-
-HELD_FIELD = "metadata.deletionTimestamp"  # marks a held deletion among a pass's problems
-
-
-def held_identities(problems: Collection[Rejection]) -> set[Identity]:
-    """The objects whose deletion a pass holds, from its problems (``deletion_held``)."""
-    return {p.identity for p in problems if p.field == HELD_FIELD and p.identity is not None}

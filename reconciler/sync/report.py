@@ -15,8 +15,8 @@ from typing import Any
 
 from ruamel.yaml.error import YAMLError
 
-from klutch_gitops.manifests import Rejection
 from klutch_gitops.yamledit import dump, load_all
+from reconciler.sync.outcome import Problem
 
 HEADER = "# Written by klutch-gitops after each reconcile. Edits here are overwritten.\n"
 _TIMESTAMP = "reconciledAt"
@@ -29,7 +29,7 @@ class Summary:
 
     source_commit: str  # named in the status commit's trailer, not in the report
     counts: Mapping[str, int]  # e.g. claims, applied, rejected, deleted
-    rejections: Sequence[Rejection]
+    rejections: Sequence[Problem]  # the loader's refused documents, then the stages' problems
     registration: str  # the report's entry this registration owns
 
 

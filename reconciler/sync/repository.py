@@ -24,7 +24,7 @@ from typing import Any
 
 from klutch_gitops.config import Bot
 from klutch_gitops.git.checkout import Checkout
-from klutch_gitops.manifests import Identity, Rejection
+from klutch_gitops.manifests import Identity
 from reconciler import metrics
 from reconciler.sync import konnector
 from reconciler.sync.adoption import adopt, ahead_of_git, fetch_for, live_claims
@@ -34,7 +34,7 @@ from reconciler.sync.connection import Connection
 from reconciler.sync.desired import DesiredState
 from reconciler.sync.kinds import log_verdicts
 from reconciler.sync.observe import observe
-from reconciler.sync.outcome import PassOutcome, documents
+from reconciler.sync.outcome import Found, PassOutcome, documents
 from reconciler.sync.prepare import preparing
 from reconciler.sync.prune import finalize, prune
 from reconciler.sync.unchanged import InSync, Quiet
@@ -133,7 +133,8 @@ class Sync:
                 view, raw_exports, spec.path, spec.consumer_namespace, spec.app_namespaces
             ) as preparation:
                 desired = self._load_desired(head, raw_exports)
-            self.konnectors, problems, pending = preparation.result()
+            self.konnectors, failed, pending = preparation.result()
+            problems: list[Found] = [*failed]
             log_verdicts(self.name, self.konnectors, self._konnector_logged)
             mirrored = desired.claims
             if self.external:
@@ -165,9 +166,7 @@ class Sync:
             outcome = PassOutcome(head, len(mirrored), desired.rejections, tuple(problems))
             served = {n for n, v in self.konnectors.items() if v.state is not konnector.State.NONE}
             quiet = self._quiet.under(exports_version(raw_exports))
-            statuses = observe(
-                view, desired, mirrored, self.name, outcome.stage_problems, served, quiet
-            )
+            statuses = observe(view, desired, mirrored, self.name, outcome.found, served, quiet)
             self._schedule_write_back(desired, statuses, problems)
             self.last_pass = outcome
             self._again(pending, retry=bool(refused_applies))
@@ -241,7 +240,7 @@ class Sync:
         self,
         desired: DesiredState,
         statuses: tuple[ObservedStatus, ...],
-        problems: list[Rejection],
+        problems: list[Found],
     ) -> None:
         metrics.CLAIMS.labels(self.name).set(len(desired.claims))
         metrics.REJECTED.labels(self.name).set(documents(desired.rejections))

@@ -13,6 +13,7 @@ claim that needs a write, or whose write was refused, is planned every pass, as 
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Any
 
 from klutch_gitops.manifests import Claim, Identity
 from reconciler.sync import objects
@@ -81,7 +82,7 @@ def _inputs(view: View, claim: Claim, source: Source) -> Inputs | None:
     return (source.repository, source.path, source.external, target, *versions)
 
 
-def _version(obj: dict | None) -> str | None:
+def _version(obj: dict[str, Any] | None) -> str | None:
     """The object's resourceVersion; None when there is no object, "" when it has none."""
     if obj is None:
         return None

@@ -39,12 +39,12 @@ from ruamel.yaml.error import YAMLError
 from klutch_gitops.config import Bot
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.git.checkout import Checkout
-from klutch_gitops.manifests import Identity, Rejection
+from klutch_gitops.manifests import Identity
 from klutch_gitops.yamledit import dump, set_status
 from klutch_gitops.yamlsafe import YamlError, load_documents
 from reconciler.sync.desired import DesiredState, Limits
 from reconciler.sync.notes import note_reconciled
-from reconciler.sync.prune import held_identities
+from reconciler.sync.outcome import Found, Held, only
 from reconciler.sync.report import HEADER, Summary, render_report
 
 _log = logging.getLogger(__name__)
@@ -107,21 +107,21 @@ class Schedule:
         self,
         desired: DesiredState,
         statuses: tuple[ObservedStatus, ...],
-        problems: Sequence[Rejection],
+        found: Sequence[Found],
         source: str,
     ) -> bool:
         """Keep what the next write-back commits; True when a write-back must be scheduled:
         what was observed changed, or ``source`` is still to be noted."""
         summary = Summary(
             source_commit=source,
-            rejections=(*desired.rejections, *problems),
+            rejections=(*desired.rejections, *found),
             counts={
                 "claims": len(desired.claims),
                 "rejected": len(desired.rejections),
-                "problems": len(problems),
+                "problems": len(found),
                 "ready": sum(1 for s in statuses if _ready(s.status)),
                 # App objects being deleted that our finalizer holds (deletion-protected)
-                "held": len(held_identities(problems)),
+                "held": len({held.identity for held in only(Held, found)}),
             },
             registration=self.registration,
         )

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from klutch_gitops.kube.conditions import by_type
-from klutch_gitops.manifests import Rejection
+from klutch_gitops.manifests import Identity, Rejection
 from reconciler.status import Report, binding_status, invalid_spec_status
-from reconciler.sync.outcome import PassOutcome, documents
-from reconciler.sync.prune import HELD_FIELD
+from reconciler.sync.outcome import Failed, Held, PassOutcome, documents
 
 HEAD = "a" * 40
 REFUSED = Rejection("claims/bad.yaml", "namespace not-ours is not allowed", "use team", 0)
@@ -131,7 +130,12 @@ def test_an_invalid_spec_stalls() -> None:
     assert status["observedGeneration"] == 2
 
 
-STAGE = Rejection("claims/db.yaml", "the Control Plane refused the claim: 500", "retried", 0)
+STAGE = Failed(
+    file="claims/db.yaml",
+    message="the Control Plane refused the claim: 500",
+    fix="retried",
+    document=0,
+)
 
 
 def test_each_step_of_the_pass_has_a_condition() -> None:
@@ -168,7 +172,12 @@ def test_a_stage_problem_is_retried_not_stalled() -> None:
 
 def test_a_held_deletion_is_named_as_such() -> None:
     """A deletion-protected claim being deleted is no failed apply: the binding says what holds."""
-    held = Rejection("claims/db.yaml", "db is being deleted", "put it back", field=HELD_FIELD)
+    held = Held(
+        file="claims/db.yaml",
+        message="db is being deleted",
+        fix="put it back",
+        identity=Identity("anynines.com", "PostgresqlInstance", "team", "db"),
+    )
     outcome = PassOutcome(HEAD, 1, (), (held,))
     found = by_type(binding_status(Report(**{**DONE.__dict__, "last_pass": outcome}), None, "t"))
     assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("False", "DeletionHeld")
@@ -215,4 +224,4 @@ def test_refused_documents_are_counted_once_however_many_problems_they_have() ->
         Rejection("claims/broken.yaml", "not YAML", "fix the file"),  # the whole file
     )
     assert documents(problems) == 3  # klutch_gitops_rejected_documents and status.rejected
-    assert PassOutcome("a" * 40, 1, problems).refused == 3
+    assert PassOutcome("a" * 40, 1, problems).refused_documents == 3

@@ -1,5 +1,5 @@
-"""The Event recorder's aggregation (against an in-memory Events API) and the claim's Synced
-condition decision (reconciler/sync/events.py, objects.status_object)."""
+"""The Event recorder's aggregation (against an in-memory Events API) and the line a refused
+claim shows (reconciler/sync/events.py; its Synced condition: test_app_status.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from klutch_gitops.kube.client import EVENTS, SECRETS, KubeError, Resource
 from klutch_gitops.kube.events import NORMAL, WARNING, EventRecorder
 from klutch_gitops.manifests import Identity, Rejection
-from reconciler.sync import events, objects
+from reconciler.sync import events
 
 SECRET = {"metadata": {"name": "s", "namespace": "team", "uid": "u-1"}}
 
@@ -187,24 +187,7 @@ def test_a_failed_write_is_not_remembered_and_never_raises(api: FakeEvents, cloc
     assert len(api.items) == 1
 
 
-# -- the claim's Synced condition ----------------------------------------------------------
-
-LIVE = {
-    "apiVersion": "anynines.com/v1",
-    "kind": "PostgresqlInstance",
-    "metadata": {"name": "db", "namespace": "team", "generation": 1},
-}
-PROVIDER = {
-    "conditions": [
-        {"type": "Ready", "status": "True", "reason": "Available"},
-        {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
-    ]
-}
-COPY = {"metadata": {"generation": 1}, "status": PROVIDER}
-
-
-def condition(status: Mapping[str, Any] | None, kind: str) -> dict | None:
-    return next((c for c in (status or {}).get("conditions", []) if c["type"] == kind), None)
+# -- the line a claim's refusal shows ------------------------------------------------------
 
 
 def test_a_refusal_names_file_document_field_and_fix() -> None:
@@ -222,50 +205,3 @@ def test_a_refusal_names_file_document_field_and_fix() -> None:
         rejection.identity: "claims/db.yaml (document 2), field spec.plan: plan 'jumbo' is not "
         "offered; fix: use one of: nano, small"
     }
-
-
-def test_a_refused_claim_says_synced_false_over_the_providers_synced() -> None:
-    patch = objects.status_object(LIVE, COPY, refused="claims/db.yaml: wrong")
-    assert patch is not None
-    synced = condition(patch["status"], "Synced")
-    assert synced is not None
-    # crossplane-runtime apis/common/v1/condition.go: TypeSynced, ReasonReconcileError
-    assert (synced["status"], synced["reason"], synced["message"]) == (
-        "False",
-        "ReconcileError",
-        "claims/db.yaml: wrong",
-    )
-    assert condition(patch["status"], "Ready") == PROVIDER["conditions"][0]  # mirrored as is
-
-
-def test_a_told_refusal_is_not_written_again_and_keeps_its_transition_time() -> None:
-    first = objects.status_object(LIVE, COPY, refused="wrong")
-    assert first is not None
-    live = {**LIVE, "status": first["status"]}
-    assert objects.status_object(live, COPY, refused="wrong") is None  # next pass: nothing
-    other = objects.status_object(live, COPY, refused="wrong again")
-    assert other is not None
-    was, now = condition(first["status"], "Synced"), condition(other["status"], "Synced")
-    assert was is not None
-    assert now is not None
-    assert now["lastTransitionTime"] == was["lastTransitionTime"]
-
-
-def test_fixed_the_claim_shows_the_providers_synced_again() -> None:
-    refused = objects.status_object(LIVE, COPY, refused="wrong")
-    assert refused is not None
-    fixed = objects.status_object({**LIVE, "status": refused["status"]}, COPY)
-    assert fixed is not None
-    assert fixed["status"] == PROVIDER  # no top-level observedGeneration: this schema lacks it
-
-
-def test_without_a_provider_status_only_our_own_condition_is_written_and_cleared() -> None:
-    bare = {"metadata": {"generation": 1}}
-    assert objects.status_object(LIVE, bare) is None
-    refused = objects.status_object(LIVE, bare, refused="wrong")
-    assert refused is not None
-    assert [c["type"] for c in refused["status"]["conditions"]] == ["Synced"]
-    cleared = objects.status_object({**LIVE, "status": refused["status"]}, bare)
-    assert cleared is not None
-    assert cleared["status"] == {}  # no top-level observedGeneration: this schema lacks it
-    assert objects.status_object({**LIVE, "status": {}}, bare) is None

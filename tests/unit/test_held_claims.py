@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from klutch_gitops.kube.client import KubeError, Resource
 from reconciler.sync import objects, progress
+from reconciler.sync.app_status import AppStatusInputs, app_status, git_status
 from reconciler.sync.desired import DesiredState
 from reconciler.sync.observe import observe
-from reconciler.sync.prune import HELD_FIELD, finalize, held_identities
+from reconciler.sync.outcome import Held
+from reconciler.sync.prune import finalize
 from reconciler.sync.writeback import Mode, Schedule
 from tests.unit.fakeview import FakeView
 from tests.unit.test_sync_stages import APP_NS, CP_NS, EXPORT, KIND, REPO, claim, ours
@@ -42,7 +44,7 @@ def test_a_held_claim_out_of_git_stays_held_and_says_how_to_keep_it() -> None:
     held, problems = finalize(view, REPO, (APP_NS,), "claims", (), set(), in_git=())
     assert held == {claim().identity}
     assert "put the claim back in Git" in problems[0].fix
-    assert held_identities(problems) == {claim().identity}
+    assert [p.identity for p in problems] == [claim().identity]
     assert view.writes == []
 
 
@@ -85,7 +87,7 @@ def test_a_held_claim_says_ready_false_and_counts_as_held_not_ready() -> None:
     view, _ = held_view()
     _, problems = finalize(view, REPO, (APP_NS,), "claims", (), set(), in_git=())
     desired = DesiredState((claim(),), ())  # e.g. a pass whose Git view is not fetched yet
-    statuses = observe(view, desired, (), REPO, tuple(problems))
+    statuses = observe(view, desired, (), REPO, problems)
     status = view.app[(KIND, APP_NS, "db")]["status"]
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", progress.DELETION_HELD)
@@ -96,11 +98,17 @@ def test_a_held_claim_says_ready_false_and_counts_as_held_not_ready() -> None:
     assert schedule.report is not None
     assert schedule.report.summary.counts["ready"] == 0
     assert schedule.report.summary.counts["held"] == 1
-    assert problems[0].field == HELD_FIELD
+    assert isinstance(problems[0], Held)
+    assert problems[0].as_dict()["field"] == "metadata.deletionTimestamp"  # as Git shows it
 
 
 def test_held_keeps_its_transition_time_and_gits_copy_has_none() -> None:
-    first = progress.with_held({}, "held", None, "2026-01-01T00:00:00Z")
-    again = progress.with_held({}, "held", first, "2026-02-02T00:00:00Z")
-    assert again == first
-    assert "lastTransitionTime" not in progress.with_held({}, "held", None, None)["conditions"][0]
+    _, live = held_view()
+    copy = {"metadata": {}, "status": {}}
+    first = app_status(AppStatusInputs(live, copy, "2026-01-01T00:00:00Z", held="held"))
+    assert first is not None
+    again = AppStatusInputs({**live, "status": first}, copy, "2026-02-02T00:00:00Z", held="held")
+    assert app_status(again) is None  # the same, its time kept: nothing to write
+    gits = git_status({}, "held")
+    assert gits is not None
+    assert "lastTransitionTime" not in gits["conditions"][0]

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from klutch_gitops.kube.informer import managers
 from klutch_gitops.manifests import Claim, Identity, Location
 from reconciler.sync import app_crds, objects
+from reconciler.sync.app_status import AppStatusInputs, app_status
+
+NOW = "2026-01-01T00:00:00Z"
 
 
 def make_claim(plan: str = "postgresql-single-nano", **meta: object) -> Claim:
@@ -72,18 +77,20 @@ def test_needs_apply_ignores_server_defaults_but_sees_changes() -> None:
     assert not objects.needs_apply(desired, deleting)
 
 
-def test_status_object_copies_only_when_different() -> None:
+def test_the_status_patch_names_only_the_object() -> None:
     live = {
         "apiVersion": "anynines.com/v1",
         "kind": "PostgresqlInstance",
-        "metadata": {"name": "db", "namespace": "team"},
+        "metadata": {"name": "db", "namespace": "team", "uid": "u-1"},
         "status": {"a": 1},
     }
-    assert objects.status_object(live, {"status": {"a": 1}}) is None
-    assert objects.status_object(live, {}) is None
-    patch = objects.status_object(live, {"status": {"a": 2}})
-    assert patch["status"] == {"a": 2}
-    assert patch["metadata"] == {"name": "db", "namespace": "team"}
+    patch = objects.status_patch(live, {"a": 2})
+    assert patch == {
+        "apiVersion": "anynines.com/v1",
+        "kind": "PostgresqlInstance",
+        "metadata": {"name": "db", "namespace": "team"},
+        "status": {"a": 2},
+    }
 
 
 def test_credential_secret_names() -> None:
@@ -248,6 +255,13 @@ def test_adoption_takes_only_our_label_and_finalizer_and_needs_the_same_object()
     assert objects.repository_of(live) is None
 
 
+def status_of(live: dict, upstream: dict, in_sync: bool, **inputs: Any) -> dict[str, Any]:
+    """The App status a claim gets (``app_status``); these cases all change it."""
+    status = app_status(AppStatusInputs(live, upstream, NOW, in_sync, **inputs))
+    assert status is not None
+    return status
+
+
 def test_status_generations_are_counted_in_app_generations() -> None:
     upstream = {
         "metadata": {"generation": 1},  # a recreated copy starts again at 1
@@ -258,15 +272,15 @@ def test_status_generations_are_counted_in_app_generations() -> None:
     }
     live = tool_applied()  # generation 2
     live.pop("status")
-    patch = objects.status_object(live, upstream, in_sync=True)
-    assert "observedGeneration" not in patch["status"]  # not declared in this schema (top=False)
-    assert patch["status"]["conditions"][0]["observedGeneration"] == 2
+    status = status_of(live, upstream, in_sync=True)
+    assert "observedGeneration" not in status  # not declared in this schema (top=False)
+    assert status["conditions"][0]["observedGeneration"] == 2
     # the copy does not have the App spec yet: conditions count one generation behind
-    stale = objects.status_object(live, upstream, in_sync=False)
-    assert "observedGeneration" not in stale["status"]
-    assert stale["status"]["conditions"][0]["observedGeneration"] == 1
+    stale = status_of(live, upstream, in_sync=False)
+    assert "observedGeneration" not in stale
+    assert stale["conditions"][0]["observedGeneration"] == 1
     # equal after translation: nothing to write
-    assert objects.status_object({**live, "status": patch["status"]}, upstream) is None
+    assert app_status(AppStatusInputs({**live, "status": status}, upstream, NOW)) is None
     assert upstream["status"]["observedGeneration"] == 1  # the cache is never changed
 
 
@@ -279,17 +293,17 @@ def test_unstamped_conditions_get_our_generation_only_where_the_schema_declares_
     }
     live = tool_applied()  # generation 2
     live.pop("status")
-    plain = objects.status_object(live, upstream, in_sync=True)
-    assert plain["status"] == upstream["status"]
-    stamped = objects.status_object(live, upstream, in_sync=True, stamps=True)
-    assert stamped["status"]["conditions"][0]["observedGeneration"] == 2
-    refused = objects.status_object(live, upstream, in_sync=False, refused="no", stamps=True)
-    by_type = {c["type"]: c for c in refused["status"]["conditions"]}
+    plain = status_of(live, upstream, in_sync=True)
+    assert plain == upstream["status"]
+    stamped = status_of(live, upstream, in_sync=True, stamps=True)
+    assert stamped["conditions"][0]["observedGeneration"] == 2
+    refused = status_of(live, upstream, in_sync=False, refused="no", stamps=True)
+    by_type = {c["type"]: c for c in refused["conditions"]}
     assert by_type["Synced"]["observedGeneration"] == 2  # the refusal observed generation 2
     assert by_type["Ready"]["observedGeneration"] == 1  # unconfirmed: the one before
-    assert "observedGeneration" not in refused["status"]
-    unstamped = objects.status_object(live, upstream, in_sync=False, refused="no")
-    assert all("observedGeneration" not in c for c in unstamped["status"]["conditions"])
+    assert "observedGeneration" not in refused
+    unstamped = status_of(live, upstream, in_sync=False, refused="no")
+    assert all("observedGeneration" not in c for c in unstamped["conditions"])
 
 
 def test_kubectls_fields_are_taken_over_and_other_tools_keep_theirs() -> None:

@@ -166,21 +166,6 @@ def test_provider_stamped_conditions_are_translated_into_app_generations() -> No
     assert stale["Synced"]["observedGeneration"] == 4
 
 
-def test_a_refusal_stamps_synced_with_the_app_generation() -> None:
-    status = {"conditions": [{"type": "Synced", "status": "False", "reason": "ReconcileError"}]}
-    assert progress.refused(status, app(3), stamps=True)["conditions"][0]["observedGeneration"] == 3
-    status = {"conditions": [{"type": "Synced", "status": "False", "reason": "ReconcileError"}]}
-    assert "observedGeneration" not in progress.refused(status, app(3), False)["conditions"][0]
-
-
-def test_a_refusal_stamps_the_top_level_generation_where_declared() -> None:
-    def synced() -> dict:
-        return {"conditions": [{"type": "Synced", "status": "False", "reason": "ReconcileError"}]}
-
-    assert progress.refused(synced(), app(3), False, top=True)["observedGeneration"] == 3
-    assert "observedGeneration" not in progress.refused(synced(), app(3), True, top=False)
-
-
 @pytest.mark.parametrize(
     ("schema", "stamped", "top"),
     [

@@ -15,6 +15,7 @@ from reconciler.sync.desired import DesiredState
 from reconciler.sync.kinds import serve_exported_kinds
 from reconciler.sync.namespaces import map_namespaces
 from reconciler.sync.observe import observe
+from reconciler.sync.outcome import Failed, Foreign
 from reconciler.sync.prune import finalize, prune
 from reconciler.sync.writeback import Mode, ObservedStatus, Schedule
 from tests.unit.fakeview import FakeView
@@ -438,7 +439,7 @@ def test_write_back_is_scheduled_only_when_what_was_observed_changed() -> None:
     # no source commit: nothing to note, so only what was observed schedules a write-back
     assert schedule.plan(desired, ready, [], "") is True
     assert schedule.plan(desired, ready, [], "") is False
-    problem = Rejection("claims/db.yaml", "refused", "fix")
+    problem = Failed(file="claims/db.yaml", message="refused", fix="fix")
     assert schedule.plan(desired, ready, [problem], "") is True
     assert schedule.report is not None
     assert schedule.report.summary.counts["ready"] == 1
@@ -500,7 +501,7 @@ def test_a_refused_control_plane_apply_tells_on_the_mirrored_claim() -> None:
     changed = claim("db", plan="large")
     view.refuse[("apply", "cp", "db")] = KubeError(422, "Invalid", "spec.plan: Unsupported")
     problems = apply_claims(view, (changed,), SOURCE)
-    observe(view, DesiredState((changed,), ()), (changed,), REPO, tuple(problems))
+    observe(view, DesiredState((changed,), ()), (changed,), REPO, problems)
     condition = synced(view)
     assert condition is not None
     assert condition["status"] == "False"
@@ -522,7 +523,13 @@ def test_a_claim_left_out_by_a_stage_is_not_told() -> None:
     claim's status, a second writer would fight it."""
     view = mapped_view()
     live_and_copy(view)
-    foreign = Rejection("claims/db.yaml", "not synced", "fix", 0, identity=claim("db").identity)
+    foreign = Foreign(
+        file="claims/db.yaml",
+        message="not synced",
+        fix="fix",
+        document=0,
+        identity=claim("db").identity,
+    )
     observe(view, DesiredState((claim("db"),), ()), (), REPO, (foreign,))
     assert view.writes == []
     assert synced(view) == PROVIDER_STATUS["conditions"][0]
