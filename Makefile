@@ -42,7 +42,7 @@ down: setup
 status: setup
 	$(BIN)/klutch-gitops dev status
 
-typecheck: setup       ## mypy --strict on klutch_gitops/, reconciler/ and bind_api/ ([tool.mypy] in pyproject.toml)
+typecheck: setup       ## mypy --strict on klutch_gitops/, klutch_local/, reconciler/ and bind_api/ ([tool.mypy] in pyproject.toml)
 	$(BIN)/mypy
 
 test: bins typecheck   ## the type check, then unit + integration tests (CI runs exactly this)

@@ -16,6 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -145,7 +146,7 @@ def _reconciler_config(
     consumer: str,
     binder: Path,
     webhook: Path,
-) -> dict:
+) -> dict[str, Any]:
     """The reconciler's config: the platform repository and team-a's, bound as the dev user."""
     return {
         "controlPlane": {"kubeconfig": info.clusters["control-plane"].kubeconfig},
@@ -204,7 +205,7 @@ def _write_bind_api_config(info: StackInfo, state: Path) -> tuple[Path, str]:
     return bind_api_config, bind_url
 
 
-def _offer_catalog(admin: Kube, remote: Path, work: Path) -> list[dict]:
+def _offer_catalog(admin: Kube, remote: Path, work: Path) -> list[dict[str, Any]]:
     """Apply the platform repository once, as the reconciler will, and wait until Crossplane
     offers the exported claim kinds; their claim CRDs are what the consumer binds."""
     PlatformSync(PlatformSpec(url=f"file://{remote}"), admin, work, None).sync()

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-Composer = Callable[[dict, dict], dict[str, dict]]
+Composer = Callable[[dict[str, Any], dict[str, Any]], dict[str, dict[str, Any]]]
 
 API_VERSION = "postgresql.local.klutch.anynines.com/v1alpha1"
 PROVIDER_CONFIG = "local-postgresql"
@@ -42,14 +42,14 @@ class CompositionError(ValueError):
     """The composite lacks what the composition needs: the message names the field."""
 
 
-def describe(xr: dict) -> str:
+def describe(xr: dict[str, Any]) -> str:
     """``Kind namespace/name`` of a namespaced composite, ``Kind name`` of a cluster one."""
     meta = xr.get("metadata") or {}
     namespace = f"{meta['namespace']}/" if meta.get("namespace") else ""
     return f"{xr.get('kind', 'composite')} {namespace}{meta.get('name', '?')}"
 
 
-def _label(xr: dict, key: str) -> str:
+def _label(xr: dict[str, Any], key: str) -> str:
     value = ((xr.get("metadata") or {}).get("labels") or {}).get(key)
     if not value:
         raise CompositionError(
@@ -59,19 +59,21 @@ def _label(xr: dict, key: str) -> str:
     return str(value)
 
 
-def _spec(xr: dict, field: str) -> Any:
+def _spec(xr: dict[str, Any], field: str) -> Any:
     value = (xr.get("spec") or {}).get(field)
     if value in (None, ""):
         raise CompositionError(f"{describe(xr)}: spec.{field} is missing")
     return value
 
 
-def _claim_scoped(xr: dict, name: str) -> str:
+def _claim_scoped(xr: dict[str, Any], name: str) -> str:
     """``<claim namespace>-<name>``: how the local backend names a claim's database objects."""
     return f"{_label(xr, CLAIM_NAMESPACE)}-{name}"
 
 
-def local_resource(kind: str, for_provider: dict, external_name: str | None = None) -> dict:
+def local_resource(
+    kind: str, for_provider: dict[str, Any], external_name: str | None = None
+) -> dict[str, Any]:
     """A managed resource of the local provider with the compositions' common fields."""
     manifest: dict[str, Any] = {
         "apiVersion": API_VERSION,
@@ -87,7 +89,7 @@ def local_resource(kind: str, for_provider: dict, external_name: str | None = No
     return manifest
 
 
-def connection_limit(xr: dict) -> int:
+def connection_limit(xr: dict[str, Any]) -> int:
     """``parameters.maxConnections`` if set, else the plan size's limit."""
     parameters = (xr.get("spec") or {}).get("parameters") or {}
     if parameters.get("maxConnections") is not None:
@@ -104,7 +106,7 @@ def connection_limit(xr: dict) -> int:
     return PLAN_CONNECTIONS[size.group(0)]
 
 
-def postgresql(xr: dict, step_input: dict) -> dict[str, dict]:
+def postgresql(xr: dict[str, Any], step_input: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A PostgresqlInstance: one LocalDatabase named after the claim."""
     parameters = (xr.get("spec") or {}).get("parameters") or {}
     for_provider: dict[str, Any] = {"connectionLimit": connection_limit(xr)}
@@ -115,7 +117,7 @@ def postgresql(xr: dict, step_input: dict) -> dict[str, dict]:
     return {"database": local_resource("LocalDatabase", for_provider, name)}
 
 
-def servicebinding(xr: dict, step_input: dict) -> dict[str, dict]:
+def servicebinding(xr: dict[str, Any], step_input: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A ServiceBinding: a LocalUser owning the instance's database, whose credentials the
     provider writes into ``<claim name>-creds`` in the claim's namespace."""
     namespace, claim = _label(xr, CLAIM_NAMESPACE), _label(xr, CLAIM_NAME)
@@ -129,14 +131,14 @@ def servicebinding(xr: dict, step_input: dict) -> dict[str, dict]:
     return {"user": user}
 
 
-def backup(xr: dict, step_input: dict) -> dict[str, dict]:
+def backup(xr: dict[str, Any], step_input: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A Backup: a LocalBackup (pg_dump) of the instance's database."""
     for_provider = {"database": _claim_scoped(xr, str(_spec(xr, "instanceRef")))}
     name = _claim_scoped(xr, _label(xr, CLAIM_NAME))
     return {"backup": local_resource("LocalBackup", for_provider, name)}
 
 
-def restore(xr: dict, step_input: dict) -> dict[str, dict]:
+def restore(xr: dict[str, Any], step_input: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A Restore: a LocalRestore of the Backup's dump into the instance's database (the
     Resources-mode composition set no external-name: the provider names it)."""
     for_provider = {
@@ -154,14 +156,14 @@ def _get_path(obj: Any, path: str) -> Any:
     return obj
 
 
-def _set_path(obj: dict, path: str, value: Any) -> None:
+def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
     *parents, last = path.split(".")
     for key in parents:
         obj = obj.setdefault(key, {})
     obj[last] = value
 
 
-def template(xr: dict, step_input: dict) -> dict[str, dict]:
+def template(xr: dict[str, Any], step_input: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Any one resource: ``input.resource`` (name and base manifest) with ``input.fields``
     (composed field path: composite field path, dot-separated) copied from the composite; a
     field the composite lacks keeps the base's value, as an optional patch did."""
@@ -187,7 +189,7 @@ COMPOSERS: dict[str, Composer] = {
 }
 
 
-def is_ready(observed: dict | None, step_input: dict) -> bool:
+def is_ready(observed: dict[str, Any] | None, step_input: dict[str, Any]) -> bool:
     """A composed resource is ready once it exists and its Ready condition is True (the
     compositions' MatchCondition readiness check), or once it exists when the input says
     ``readinessCheck: None`` (a kind without conditions, as readinessChecks type None did)."""
@@ -205,7 +207,9 @@ def is_ready(observed: dict | None, step_input: dict) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def connection_details(step_input: dict, observed: dict[str, dict[str, bytes]]) -> dict[str, bytes]:
+def connection_details(
+    step_input: dict[str, Any], observed: dict[str, dict[str, bytes]]
+) -> dict[str, bytes]:
     """The composite's connection details: ``input.connectionDetails`` names a composed resource
     (``resource``) and the keys of its connection secret to pass on (``keys``), and fixed
     ``values`` (as a FromValue connection detail did)."""

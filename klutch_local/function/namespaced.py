@@ -33,7 +33,7 @@ PROVIDER_CONFIG = {"kind": "ClusterProviderConfig", "name": "local-postgresql"}
 EXTERNAL_NAME = "crossplane.io/external-name"
 
 
-def _ref(xr: dict, field: str, kind: str) -> str:
+def _ref(xr: dict[str, Any], field: str, kind: str) -> str:
     value = (xr.get("spec") or {}).get(field)
     if not value:
         raise CompositionError(
@@ -42,7 +42,7 @@ def _ref(xr: dict, field: str, kind: str) -> str:
     return str(value)
 
 
-def server_name(xr: dict, name: str) -> str:
+def server_name(xr: dict[str, Any], name: str) -> str:
     """``<XR namespace>-<name>``: a database or role name no other namespace composes."""
     namespace = (xr.get("metadata") or {}).get("namespace")
     if not namespace:
@@ -54,7 +54,7 @@ def server_name(xr: dict, name: str) -> str:
     return f"{namespace}-{name}"
 
 
-def managed(kind: str, external_name: str, spec: dict[str, Any]) -> dict:
+def managed(kind: str, external_name: str, spec: dict[str, Any]) -> dict[str, Any]:
     """A namespaced managed resource of the local provider, on the stack's server."""
     return {
         "apiVersion": API_VERSION,
@@ -64,7 +64,7 @@ def managed(kind: str, external_name: str, spec: dict[str, Any]) -> dict:
     }
 
 
-def postgresql(xr: dict, step_input: dict) -> dict[str, dict]:
+def postgresql(xr: dict[str, Any], step_input: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A PostgresqlInstance: one LocalDatabase, ``<namespace>-<name>`` on the server."""
     parameters = (xr.get("spec") or {}).get("parameters") or {}
     for_provider: dict[str, Any] = {"connectionLimit": connection_limit(xr)}
@@ -75,7 +75,7 @@ def postgresql(xr: dict, step_input: dict) -> dict[str, dict]:
     return {"database": managed("LocalDatabase", name, {"forProvider": for_provider})}
 
 
-def binding(xr: dict, step_input: dict) -> dict[str, dict]:
+def binding(xr: dict[str, Any], step_input: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A ServiceBinding: a LocalUser with the Owner privileges on the instance's database,
     writing a9s's credential keys into the Secret ``spec.secretName`` (default
     ``<binding>-creds``) of the XR's namespace."""
@@ -96,7 +96,7 @@ def binding(xr: dict, step_input: dict) -> dict[str, dict]:
     return {"user": user}
 
 
-def backup(xr: dict, step_input: dict) -> dict[str, dict]:
+def backup(xr: dict[str, Any], step_input: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A Backup: a LocalBackup (``pg_dump``) of the instance's database, its dump named after
     the XR (the provider keeps a namespace's dumps apart)."""
     database = server_name(xr, _ref(xr, "instanceRef", "PostgresqlInstance"))
@@ -104,7 +104,7 @@ def backup(xr: dict, step_input: dict) -> dict[str, dict]:
     return {"backup": managed("LocalBackup", xr["metadata"]["name"], spec)}
 
 
-def restore(xr: dict, step_input: dict) -> dict[str, dict]:
+def restore(xr: dict[str, Any], step_input: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A Restore: a LocalRestore of a Backup's dump into an instance's database, both of this
     namespace."""
     for_provider = {

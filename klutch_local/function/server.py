@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import Any
 
 import grpc
 from crossplane.function import resource, response, runtime
@@ -50,7 +51,7 @@ def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     return rsp
 
 
-def observed(req: fnv1.RunFunctionRequest, name: str) -> dict | None:
+def observed(req: fnv1.RunFunctionRequest, name: str) -> dict[str, Any] | None:
     """The observed composed resource ``name``, or None before Crossplane created it."""
     if name not in req.observed.resources:
         return None
@@ -61,7 +62,9 @@ class Runner(grpcv1.FunctionRunnerServiceServicer):
     """The servicer the SDK's runtime serves."""
 
     async def RunFunction(
-        self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext
+        self,
+        req: fnv1.RunFunctionRequest,
+        _: grpc.aio.ServicerContext[fnv1.RunFunctionRequest, fnv1.RunFunctionResponse],
     ) -> fnv1.RunFunctionResponse:
         rsp = run(req)
         xr = resource.struct_to_dict(req.observed.composite.resource)

@@ -133,7 +133,8 @@ def conditions_of(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def external_name(mr: dict[str, Any]) -> str:
     """The annotation, defaulting to the object's name as Crossplane's does for named resources."""
     meta = mr["metadata"]
-    return (meta.get("annotations") or {}).get(EXTERNAL_NAME) or meta["name"]
+    name: str = (meta.get("annotations") or {}).get(EXTERNAL_NAME) or meta["name"]
+    return name
 
 
 def for_provider(mr: dict[str, Any]) -> dict[str, Any]:

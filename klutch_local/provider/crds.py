@@ -31,7 +31,8 @@ MANAGEMENT_ACTIONS = ["Observe", "Create", "Update", "Delete", "LateInitialize",
 
 def spec_schema(crd: dict[str, Any]) -> dict[str, Any]:
     (version,) = crd["spec"]["versions"]
-    return version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec: dict[str, Any] = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return spec
 
 
 def _renamed(crd: dict[str, Any], kind: str, plural: str, scope: str) -> dict[str, Any]:

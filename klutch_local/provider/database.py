@@ -123,7 +123,7 @@ def update_plan(name: str, params: dict[str, Any], database: Database) -> list[B
 def settings_plan(name: str, desired: dict[str, str], observed: dict[str, str]) -> list[Batch]:
     """SET what differs, RESET the knobs the spec dropped; other settings are not ours."""
     database = sql.Identifier(name)
-    statements: list[sql.Composable] = [
+    statements: list[sql.Composed] = [
         sql.SQL("ALTER DATABASE {} SET {} = {}").format(
             database, sql.Identifier(setting), sql.Literal(value)
         )

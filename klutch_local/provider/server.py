@@ -31,7 +31,7 @@ APPLICATION = "klutch-local-provider"
 
 # Statements that run together in one transaction; a batch of one runs on its own, as CREATE and
 # DROP DATABASE must.
-Batch = Sequence[sql.Composable]
+Batch = Sequence[sql.Composed]
 
 
 @dataclass(frozen=True)

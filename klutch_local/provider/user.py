@@ -95,7 +95,7 @@ def plan(state: State, wanted: frozenset[str], mr_name: str, password: str | Non
     (libpq's encryption, so the clear password never reaches the server), or None to keep it."""
     user, database = sql.Identifier(state.user), sql.Identifier(state.database)
     owner = sql.Identifier(owner_role(state.database))
-    statements: list[sql.Composable] = []
+    statements: list[sql.Composed] = []
     if state.role is None:
         statements += [
             sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(user, sql.Literal(password)),
@@ -227,7 +227,7 @@ class LocalUser:
             ]
         )
         if state.database_exists:
-            cleanup: list[sql.Composable] = []
+            cleanup: list[sql.Composed] = []
             if state.owner_exists:
                 cleanup.append(
                     sql.SQL("REASSIGN OWNED BY {} TO {}").format(

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from klutch_gitops.dev.localstack import kubeconfig
 from klutch_gitops.dev.localstack.launcher import Launcher, json_ok, status_ok, tls_context
@@ -107,7 +109,7 @@ def await_apiservers(
     clusters: dict[str, ClusterInfo] = {}
     for cluster, (process, port) in apiservers.items():
         url = f"https://127.0.0.1:{port}"
-        launcher.await_ready(process, "/readyz", lambda url=url: status_ok(f"{url}/readyz", tls))
+        launcher.await_ready(process, "/readyz", partial(status_ok, f"{url}/readyz", tls))
         config = kubeconfig.render(
             cluster,
             url,
@@ -152,16 +154,17 @@ def start_controller_managers(
                 "--v=0",
             ],
         )
+    tls = tls_context(pki)
     for cluster, port in kcm_ports.items():
         launcher.await_ready(
             started[cluster],
             "/healthz",
-            lambda port=port: status_ok(f"https://127.0.0.1:{port}/healthz", tls_context(pki)),
+            partial(status_ok, f"https://127.0.0.1:{port}/healthz", tls),
         )
     return kcm_ports
 
 
-def _controller_manager_kubeconfig(pki: Pki, url: str) -> dict:
+def _controller_manager_kubeconfig(pki: Pki, url: str) -> dict[str, Any]:
     """The identity the bootstrap RBAC policy grants the controller manager, not system:masters."""
     cert = pki.client_cert("system:kube-controller-manager")
     return kubeconfig.render(

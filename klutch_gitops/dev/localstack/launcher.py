@@ -6,6 +6,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -50,7 +51,7 @@ def status_ok(url: str, tls: ssl.SSLContext | None) -> bool:
         return False
 
 
-def json_ok(url: str, tls: ssl.SSLContext | None, check: Callable[[dict], bool]) -> bool:
+def json_ok(url: str, tls: ssl.SSLContext | None, check: Callable[[dict[str, Any]], bool]) -> bool:
     try:
         response = httpx.get(url, verify=tls or True, timeout=2.0)
         return response.status_code == 200 and check(response.json())

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from klutch_gitops.dev.localstack.launcher import Launcher
 from klutch_gitops.dev.localstack.pki import Pki
@@ -134,7 +135,7 @@ def render_seed(users: tuple[User, ...]) -> str:
     return "\n".join(entries)
 
 
-def dex_connector(port: int, admin_password: str, ca: Path) -> dict:
+def dex_connector(port: int, admin_password: str, ca: Path) -> dict[str, Any]:
     """Dex's LDAP connector for this directory: log in by email, groups by membership."""
     return {
         "type": "ldap",

@@ -38,6 +38,14 @@ def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
+def _load_key(pem: bytes) -> ec.EllipticCurvePrivateKey:
+    """A key this module wrote: every key here is from ``new_key``."""
+    key = serialization.load_pem_private_key(pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"expected an EC private key, got {type(key).__name__}")
+    return key
+
+
 def public_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -68,7 +76,7 @@ def issue(
 ) -> KeyPair:
     """A leaf certificate signed by ``ca``; ``sans`` may mix DNS names and IP addresses."""
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
-    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    ca_key = _load_key(ca.key_pem)
     key = new_key()
     subject = x509.Name(
         [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
@@ -88,7 +96,7 @@ def issue(
         .add_extension(_usage(cert_sign=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()), critical=False
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
         )
     )
     if sans:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -288,7 +289,7 @@ class LocalStack:
         )
 
     def _configure_dex(
-        self, pki: Pki, connector: dict, user: ldap.User
+        self, pki: Pki, connector: dict[str, Any], user: ldap.User
     ) -> tuple[DexInfo, Path, int, int]:
         """Dex's clients and config file, its port and the port reserved for the bind API (the
         web client redirects to it)."""
