@@ -27,8 +27,24 @@ TEMPLATES = (
 REPOSITORY_BINDINGS = Resource(
     "gitops.klutch.anynines.com", "v1alpha1", "repositorybindings", "RepositoryBinding"
 )
-ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
-ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+# Cluster-scoped, like Klutch's (bind/pkg/apis/bind/v1alpha1/apiservicebinding_types.go).
+API_SERVICE_BINDINGS = Resource(
+    GROUP, "v1alpha1", "apiservicebindings", "APIServiceBinding", namespaced=False
+)
+# The Crossplane kinds of the Control Plane's catalog, which the platform repository publishes.
+XRDS = Resource(
+    "apiextensions.crossplane.io",
+    "v1",
+    "compositeresourcedefinitions",
+    "CompositeResourceDefinition",
+    namespaced=False,
+)
+COMPOSITIONS = Resource(
+    "apiextensions.crossplane.io", "v1", "compositions", "Composition", namespaced=False
+)
+# Not a REST resource: every claim kind at once (Crossplane's ``claim`` category), as a refusal
+# names it.
+ALL_CLAIMS = Resource("", "", "claims")
 
 CONSUMER_LABEL = "klutch.anynines.com/consumer-namespace"
 APP_NAMESPACE_LABEL = "klutch.anynines.com/app-namespace"

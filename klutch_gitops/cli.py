@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.markup import escape
 
+from klutch_gitops.cli_errors import explain
 from klutch_gitops.cli_options import (
     HELP_WIDTH,
     ClusterOption,
@@ -20,7 +21,6 @@ from klutch_gitops.cli_options import (
     add_conventions,
 )
 from klutch_gitops.console import err, out, run_cli
-from klutch_gitops.errors import explain
 from klutch_gitops.inspect import commands as inspect_commands
 from klutch_gitops.lazy_group import lazy_typer
 from klutch_gitops.server_extra import require_server

@@ -132,14 +132,13 @@ def _list(
     cluster: Cluster, want_claims: bool, namespace: str | None
 ) -> tuple[Resource, list[dict[str, Any]], Callable[[], Iterator[dict[str, Any]]]]:
     """(the resource a refusal names, the objects, their changes from the list on)."""
-    from klutch_gitops.apis import REPOSITORY_BINDINGS, REPOSITORY_LABEL
+    from klutch_gitops.apis import ALL_CLAIMS, REPOSITORY_BINDINGS, REPOSITORY_LABEL
     from klutch_gitops.inspect import claims
     from klutch_gitops.inspect.access import CALL_ERRORS, refused
     from klutch_gitops.inspect.watch import changes, merged_changes
-    from klutch_gitops.kube.client import Resource
 
     if want_claims:
-        kinds = Resource("", "", "claims")
+        kinds = ALL_CLAIMS
         try:
             found, versions = claims.list_claims(cluster.kube, namespace)
         except CALL_ERRORS as error:
