@@ -46,6 +46,12 @@ COMPOSITIONS = Resource(
 # names it.
 ALL_CLAIMS = Resource("", "", "claims")
 
+# The consumer (its namespace on the Control Plane) an object belongs to: on the mapped namespaces
+# and their RBAC (the namespace controller's ownership check, unbind, the claim-references policy
+# select by it) and on the App Cluster objects klutch-bind writes (bind/relabel.py: the key they
+# carried before). Klutch itself sets no consumer label: its mapped namespace carries only the
+# annotation klutch.anynines.com/api-service-namespace (anynines/klutchio@0b4539e8,
+# bind/contrib/example-backend/controllers/servicenamespace/servicenamespace_reconcile.go).
 CONSUMER_LABEL = "klutch.anynines.com/consumer-namespace"
 APP_NAMESPACE_LABEL = "klutch.anynines.com/app-namespace"
 BINDER = "klutch-binder"

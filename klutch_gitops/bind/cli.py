@@ -36,6 +36,7 @@ from klutch_gitops.bind.options import (
     open_client,
 )
 from klutch_gitops.bind.output import Output, emit, print_bind_report, print_table, show_claims
+from klutch_gitops.bind.relabel import relabel
 from klutch_gitops.bind.request import GIT_PASSWORD_ENV, claims_for, confirmation_needed
 from klutch_gitops.bind.unbind import unbind_command
 from klutch_gitops.cli_options import VersionOption, add_conventions, kubeconfig_paths
@@ -203,6 +204,8 @@ def _complete_on_app_cluster(
         files = bind_client.gitops_files(consumer, bound)
         report["written"] = app_cluster.write_gitops(gitops_out, files)
         objects = objects[:2]  # the Namespace and the Secret go to the cluster, never to Git
+    if kube:
+        relabel(kube)  # earlier binds' objects: their consumer label, under today's key
     report["applied"] = app_cluster.apply_app_objects(kube, objects) if kube else []
     print_bind_report(report, output)
     failed = {a: p for a, p in (result.get("phases") or {}).items() if a not in bound}

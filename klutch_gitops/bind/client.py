@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from klutch_gitops.apis import API_SERVICE_BINDINGS
+from klutch_gitops.apis import API_SERVICE_BINDINGS, CONSUMER_LABEL
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import Resource
 from klutch_gitops.kube.resources import NAMESPACES, SECRETS
@@ -23,7 +23,6 @@ from klutch_gitops.oidc_client import tls_context
 
 BIND_NAMESPACE = "klutch-bind"
 FIELD_MANAGER = "klutch-bind"
-CONSUMER_LABEL = "klutch.anynines.com/consumer"
 CLAIM_FIELDS = ("group", "resource", "version", "selector", "required")
 LOGIN_FIX = (
     "run 'klutch-bind login URL --issuer ISSUER --client-id CLIENT' again, or give a fresh token "

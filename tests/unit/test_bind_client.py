@@ -11,7 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from klutch_gitops.apis import API_SERVICE_BINDINGS
+from klutch_gitops.apis import API_SERVICE_BINDINGS, CONSUMER_LABEL
 from klutch_gitops.bind import client as bind_client
 from klutch_gitops.bind.app_cluster import write_gitops
 from klutch_gitops.bind.cli import bearer_token
@@ -112,7 +112,7 @@ def test_app_objects_are_namespace_secret_and_accepted_bindings() -> None:
     assert secret["metadata"] == {
         "name": "cluster-x-kubeconfig",
         "namespace": "klutch-bind",
-        "labels": {bind_client.CONSUMER_LABEL: "cluster-x"},
+        "labels": {CONSUMER_LABEL: "cluster-x"},
     }
     assert base64.b64decode(secret["data"]["kubeconfig"]).decode() == "kubeconfig: yes\n"
     assert binding["metadata"]["name"] == API
