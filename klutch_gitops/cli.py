@@ -15,6 +15,7 @@ from klutch_gitops.cli_errors import explain
 from klutch_gitops.cli_options import (
     HELP_WIDTH,
     ClusterOption,
+    KubeconfigOption,
     LogLevel,
     LogLevelOption,
     VersionOption,
@@ -144,15 +145,10 @@ def bind_api(
 
 @app.command("local-provider")
 def local_provider(
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            "--kubeconfig",
-            help="The Control Plane's kubeconfig (default: $KUBECONFIG, ~/.kube/config)",
-        ),
-    ] = None,
+    kubeconfig: KubeconfigOption = None,
     context: Annotated[
-        str | None, typer.Option("--context", help="Its context (default: the current one)")
+        str | None,
+        typer.Option("--context", help="The Control Plane's context (default: the current one)"),
     ] = None,
     backup_dir: Annotated[
         Path | None,
@@ -288,13 +284,7 @@ def plan(
         str | None,
         typer.Option("--app-context", help="The App Cluster's context in --kubeconfig"),
     ] = None,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            "--kubeconfig",
-            help="Where --context and --app-context are (default: $KUBECONFIG, ~/.kube/config)",
-        ),
-    ] = None,
+    kubeconfig: KubeconfigOption = None,
     app_namespace: Annotated[
         list[str] | None,
         typer.Option(

@@ -26,7 +26,6 @@ from klutch_gitops.bind.options import (
     ClientId,
     Context,
     Issuer,
-    Kubeconfig,
     NoSecretsOnArgv,
     OutputOption,
     TokenFile,
@@ -39,7 +38,12 @@ from klutch_gitops.bind.output import Output, emit, print_bind_report, print_tab
 from klutch_gitops.bind.relabel import relabel
 from klutch_gitops.bind.request import GIT_PASSWORD_ENV, claims_for, confirmation_needed
 from klutch_gitops.bind.unbind import unbind_command
-from klutch_gitops.cli_options import VersionOption, add_conventions, kubeconfig_paths
+from klutch_gitops.cli_options import (
+    KubeconfigOption,
+    VersionOption,
+    add_conventions,
+    kubeconfig_paths,
+)
 from klutch_gitops.console import out, run_cli
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.inspect.show import REPOSITORIES, render
@@ -77,7 +81,7 @@ def exports(
     client_id: ClientId = None,
     ca: Ca = None,
     output: OutputOption = Output.text,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: KubeconfigOption = None,
     context: Context = None,
 ) -> None:
     """List the APIs the bind API offers, and whether you may bind them."""
@@ -135,7 +139,7 @@ def bind_command(
     known_hosts: Annotated[
         Path | None, typer.Option("--known-hosts", help="known_hosts file for the SSH host.")
     ] = None,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: KubeconfigOption = None,
     context: Context = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Accept the permission claims.")] = False,
     gitops_out: Annotated[
@@ -224,7 +228,7 @@ def status_command(
     client_id: ClientId = None,
     ca: Ca = None,
     output: OutputOption = Output.text,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: KubeconfigOption = None,
     context: Context = None,
 ) -> None:
     """List your bindings."""
