@@ -27,8 +27,7 @@ from bench.report import Figure
 from bench.stack import Clusters
 from klutch_gitops.config import LEASE_NAME
 from klutch_gitops.dev.localstack.processes import free_port
-from klutch_gitops.kube.client import NAMESPACES
-from reconciler.ha.leader import LEASES
+from klutch_gitops.kube.resources import LEASES, NAMESPACES
 from reconciler.ha.shards import ROLE_LABEL, shard_lease, shard_of
 from tests.kit.claims import POSTGRES, claim
 from tests.kit.git import clone_as_person, git, remote_head

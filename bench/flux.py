@@ -32,7 +32,7 @@ from bench.claims import claim_files
 from bench.measure import BenchFailure, Progress, converge, count
 from bench.report import Figure
 from bench.stack import Clusters
-from klutch_gitops.kube.client import NAMESPACES
+from klutch_gitops.kube.resources import NAMESPACES
 from tests.gitserver import running_git_server
 from tests.kit.claims import POSTGRES
 from tests.kit.flux import VERSION, FluxPeer, start_flux, stop_flux

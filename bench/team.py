@@ -21,7 +21,8 @@ from bench.ssa import concurrent_apply
 from bench.stack import Clusters
 from klutch_gitops.config import Config
 from klutch_gitops.dev.localstack import binaries
-from klutch_gitops.kube.client import NAMESPACES, Kube
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.resources import NAMESPACES
 from reconciler.manager import Reconciler
 from tests.kit.claims import POSTGRES, ready_status, write_status
 from tests.kit.git import remote_file, remote_head

@@ -42,7 +42,8 @@ from klutch_gitops.consumer import (
 )
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.exports import SUCCEEDED, list_templates, offered
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, KubeError, Resource
+from klutch_gitops.kube.client import Kube, KubeError, Resource
+from klutch_gitops.kube.resources import NAMESPACES, SECRETS
 
 BINDER_SECRET = "klutch-binder-kubeconfig"  # noqa: S105 - a Secret's name, not a password
 PROVIDER_PRETTY_NAME = "klutch-gitops"

@@ -21,7 +21,8 @@ from klutch_gitops.exports import (
     request_status,
     template_api,
 )
-from klutch_gitops.kube.client import CRDS, Kube, Resource
+from klutch_gitops.kube.client import Kube, Resource
+from klutch_gitops.kube.resources import CRDS
 
 
 def export_request(namespace: str, template: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import Kube, KubeError, Resource
+from klutch_gitops.kube.client import Kube, KubeError
+from klutch_gitops.kube.resources import LEASES
 
 log = logging.getLogger(__name__)
 
-LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 SESSION_LABEL = "klutch.anynines.com/bind-session"
 EXPIRES_ANNOTATION = "klutch.anynines.com/expires"
 # Records outlive their session by this much: a replica whose clock runs behind still takes the

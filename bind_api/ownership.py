@@ -19,7 +19,8 @@ from klutch_gitops.consumer import (
     owner_of,
 )
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import NAMESPACES, Kube, KubeError
+from klutch_gitops.kube.client import Kube, KubeError
+from klutch_gitops.kube.resources import NAMESPACES
 
 
 class Refused(KlutchError):

@@ -21,7 +21,8 @@ from klutch_gitops.apis import (
     IDENTITY_ANNOTATION,
 )
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import NAMESPACES, Kube, KubeError, Resource
+from klutch_gitops.kube.client import Kube, KubeError, Resource
+from klutch_gitops.kube.resources import NAMESPACES
 
 SHOWN_PROTECTED = 5  # a refusal names this many protected claims, then counts the rest
 

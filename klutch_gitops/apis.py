@@ -27,9 +27,31 @@ TEMPLATES = (
 REPOSITORY_BINDINGS = Resource(
     "gitops.klutch.anynines.com", "v1alpha1", "repositorybindings", "RepositoryBinding"
 )
-ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
-ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+# Cluster-scoped, like Klutch's (bind/pkg/apis/bind/v1alpha1/apiservicebinding_types.go).
+API_SERVICE_BINDINGS = Resource(
+    GROUP, "v1alpha1", "apiservicebindings", "APIServiceBinding", namespaced=False
+)
+# The Crossplane kinds of the Control Plane's catalog, which the platform repository publishes.
+XRDS = Resource(
+    "apiextensions.crossplane.io",
+    "v1",
+    "compositeresourcedefinitions",
+    "CompositeResourceDefinition",
+    namespaced=False,
+)
+COMPOSITIONS = Resource(
+    "apiextensions.crossplane.io", "v1", "compositions", "Composition", namespaced=False
+)
+# Not a REST resource: every claim kind at once (Crossplane's ``claim`` category), as a refusal
+# names it.
+ALL_CLAIMS = Resource("", "", "claims")
 
+# The consumer (its namespace on the Control Plane) an object belongs to: on the mapped namespaces
+# and their RBAC (the namespace controller's ownership check, unbind, the claim-references policy
+# select by it) and on the App Cluster objects klutch-bind writes (bind/relabel.py: the key they
+# carried before). Klutch itself sets no consumer label: its mapped namespace carries only the
+# annotation klutch.anynines.com/api-service-namespace (anynines/klutchio@0b4539e8,
+# bind/contrib/example-backend/controllers/servicenamespace/servicenamespace_reconcile.go).
 CONSUMER_LABEL = "klutch.anynines.com/consumer-namespace"
 APP_NAMESPACE_LABEL = "klutch.anynines.com/app-namespace"
 BINDER = "klutch-binder"

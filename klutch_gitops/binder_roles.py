@@ -16,12 +16,10 @@ import yaml
 
 from klutch_gitops.catalog import CATALOG_DIR
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import Kube, KubeError, Resource
+from klutch_gitops.kube.client import Kube, KubeError
+from klutch_gitops.kube.resources import CLUSTER_ROLES
 
 ROLE_FILE = CATALOG_DIR / "rbac" / "binder-roles.yaml"
-CLUSTER_ROLES = Resource(
-    "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False
-)
 CONSUMER_ROLE = "klutch-binder-consumer"
 CLAIMED_SECRETS_ROLE = "klutch-binder-claimed-secrets"
 

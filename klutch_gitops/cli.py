@@ -11,16 +11,17 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.markup import escape
 
+from klutch_gitops.cli_errors import explain
 from klutch_gitops.cli_options import (
     HELP_WIDTH,
     ClusterOption,
+    KubeconfigOption,
     LogLevel,
     LogLevelOption,
     VersionOption,
     add_conventions,
 )
 from klutch_gitops.console import err, out, run_cli
-from klutch_gitops.errors import explain
 from klutch_gitops.inspect import commands as inspect_commands
 from klutch_gitops.lazy_group import lazy_typer
 from klutch_gitops.server_extra import require_server
@@ -144,15 +145,10 @@ def bind_api(
 
 @app.command("local-provider")
 def local_provider(
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            "--kubeconfig",
-            help="The Control Plane's kubeconfig (default: $KUBECONFIG, ~/.kube/config)",
-        ),
-    ] = None,
+    kubeconfig: KubeconfigOption = None,
     context: Annotated[
-        str | None, typer.Option("--context", help="Its context (default: the current one)")
+        str | None,
+        typer.Option("--context", help="The Control Plane's context (default: the current one)"),
     ] = None,
     backup_dir: Annotated[
         Path | None,
@@ -288,13 +284,7 @@ def plan(
         str | None,
         typer.Option("--app-context", help="The App Cluster's context in --kubeconfig"),
     ] = None,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            "--kubeconfig",
-            help="Where --context and --app-context are (default: $KUBECONFIG, ~/.kube/config)",
-        ),
-    ] = None,
+    kubeconfig: KubeconfigOption = None,
     app_namespace: Annotated[
         list[str] | None,
         typer.Option(

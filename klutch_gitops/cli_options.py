@@ -119,6 +119,12 @@ def add_conventions(app: typer.Typer) -> None:
 
 # -- kubeconfig loading, as kubectl does it --------------------------------------------------
 
+# Every command's one --kubeconfig: which cluster it names, the command's help and --context say.
+KubeconfigOption = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"),
+]
+
 
 def kubeconfig_paths(kubeconfig: Path | None) -> list[Path]:
     """The kubeconfig files kubectl reads, in precedence order.

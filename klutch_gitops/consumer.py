@@ -28,15 +28,13 @@ from klutch_gitops.apis import (
     GROUP,
     IDENTITY_ANNOTATION,
     REPOSITORY_BINDINGS,
-    ROLE_BINDINGS,
-    ROLES,
 )
 from klutch_gitops.binder_roles import CONSUMER_ROLE, ensure_cluster_role, role_binding
-from klutch_gitops.kube.client import NAMESPACES, Kube, Resource
+from klutch_gitops.kube.client import Kube, Resource
 from klutch_gitops.kube.crds import version_snapshot
+from klutch_gitops.kube.resources import NAMESPACES, ROLE_BINDINGS, ROLES, SERVICE_ACCOUNTS
 
 FIELD_MANAGER = "klutch-gitops-bind"
-SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 TOKEN_SECONDS = 24 * 3600
 NAME_CHARACTERS = 26  # lowercase base32: 5 bits each, 130 in all
 PROVIDER_SECRETS = {

@@ -14,21 +14,16 @@ from kubernetes import client
 
 from klutch_gitops.catalog import CATALOG_DIR
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import Kube, KubeError, Resource
+from klutch_gitops.kube.client import Kube, KubeError
+from klutch_gitops.kube.resources import (
+    VALIDATING_ADMISSION_POLICIES,
+    VALIDATING_ADMISSION_POLICY_BINDINGS,
+)
 
 POLICY_DIR = CATALOG_DIR / "policies"
-_GROUP = "admissionregistration.k8s.io"
 RESOURCES = {
-    "ValidatingAdmissionPolicy": Resource(
-        _GROUP, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", namespaced=False
-    ),
-    "ValidatingAdmissionPolicyBinding": Resource(
-        _GROUP,
-        "v1",
-        "validatingadmissionpolicybindings",
-        "ValidatingAdmissionPolicyBinding",
-        namespaced=False,
-    ),
+    resource.kind: resource
+    for resource in (VALIDATING_ADMISSION_POLICIES, VALIDATING_ADMISSION_POLICY_BINDINGS)
 }
 
 

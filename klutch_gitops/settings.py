@@ -17,7 +17,8 @@ from pathlib import Path
 
 from klutch_gitops.config import SecretRef
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import SECRETS, Kube
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.resources import SECRETS
 
 
 def read_config_file(path: Path) -> str:

@@ -33,7 +33,6 @@ import uvicorn
 
 from klutch_gitops.config import Config
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.remote import ls_remote
 from klutch_gitops.kube.client import Kube, KubeError, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
@@ -43,6 +42,7 @@ from reconciler import metrics
 from reconciler.controllers.export_requests import ExportRequestController
 from reconciler.controllers.namespaces import NamespaceController
 from reconciler.controllers.tokens import TokenRenewer
+from reconciler.git.remote import ls_remote
 from reconciler.ha.handover import TRIAGE_SECONDS, Lanes, TakeOver, clone_head, status_commits
 from reconciler.ha.leader import LeaderElector, default_identity
 from reconciler.ha.shards import ShardCoordinator

@@ -21,14 +21,15 @@ from typing import Any
 from klutch_gitops.apis import BINDER_KUBECONFIG_LABEL, REPOSITORY_BINDINGS
 from klutch_gitops.config import Config, PlatformSpec, RegistrationSpec
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.remote import ls_remote
-from klutch_gitops.kube.client import SECRETS, Kube, KubeError
+from klutch_gitops.kube.client import Kube, KubeError
 from klutch_gitops.kube.informer import Informer
+from klutch_gitops.kube.resources import SECRETS
 from klutch_gitops.kube.workqueue import KeyQueue
 from klutch_gitops.models.registration import registration_name
 from klutch_gitops.repository_config import from_repository_binding
 from reconciler import metrics, reporting
 from reconciler.controllers.tokens import KEY as KUBECONFIG_KEY
+from reconciler.git.remote import ls_remote
 from reconciler.registration import BindingRef, ConfigEntry, Origin, Registration
 from reconciler.reporting import Reporter, log_pass
 from reconciler.status import StatusWriter

@@ -21,7 +21,8 @@ from klutch_gitops.apis import IDENTITY_ANNOTATION, REPOSITORY_BINDINGS
 from klutch_gitops.authz import may_bind
 from klutch_gitops.consumer import owner_of
 from klutch_gitops.exports import list_templates, offered
-from klutch_gitops.kube.client import NAMESPACES, Kube
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.resources import NAMESPACES
 
 log = logging.getLogger(__name__)
 

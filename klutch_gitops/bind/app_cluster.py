@@ -9,9 +9,11 @@ from typing import Any
 import urllib3
 import yaml
 
+from klutch_gitops.apis import API_SERVICE_BINDINGS
 from klutch_gitops.bind import client as bind_client
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, KubeError, api_client
+from klutch_gitops.kube.client import Kube, KubeError, api_client
+from klutch_gitops.kube.resources import NAMESPACES, SECRETS
 
 
 def app_kube(kubeconfig: Path | None, context: str | None) -> Kube:
@@ -63,7 +65,7 @@ def apply_app_objects(kube: Kube, objects: list[tuple[Any, dict[str, Any]]]) -> 
             kube.apply(resource, obj, field_manager=bind_client.FIELD_MANAGER, force=True)
         except KubeError as error:
             fix = "check the kubeconfig's permissions in the App Cluster"
-            if error.not_found and resource is bind_client.SERVICE_BINDINGS:
+            if error.not_found and resource is API_SERVICE_BINDINGS:
                 fix = "install the APIServiceBinding CRD in the App Cluster"
             raise KlutchError(
                 f"cannot apply {obj['kind']} {obj['metadata']['name']}: {error}", fix
@@ -123,7 +125,7 @@ def remove_app_objects(kube: Kube, consumer: str) -> list[str]:
 def _remove(kube: Kube, consumer: str) -> list[str]:
     namespace = bind_client.BIND_NAMESPACE
     try:
-        items, _ = kube.list(bind_client.SERVICE_BINDINGS)
+        items, _ = kube.list(API_SERVICE_BINDINGS)
     except KubeError as error:
         if not error.not_found:  # no CRD: no bindings
             raise
@@ -132,7 +134,7 @@ def _remove(kube: Kube, consumer: str) -> list[str]:
     for name in bind_client.bindings_of(consumer, items):
         # Orphan: the App CRD may be owned by the binding (the konnector's ownership model), and
         # its deletion would take every App claim of that kind with it.
-        if kube.delete(bind_client.SERVICE_BINDINGS, None, name, propagation="Orphan"):
+        if kube.delete(API_SERVICE_BINDINGS, None, name, propagation="Orphan"):
             removed.append(f"APIServiceBinding/{name}")
     secret = bind_client.secret_name(consumer)
     if kube.delete(SECRETS, namespace, secret):

@@ -26,7 +26,6 @@ from klutch_gitops.bind.options import (
     ClientId,
     Context,
     Issuer,
-    Kubeconfig,
     NoSecretsOnArgv,
     OutputOption,
     TokenFile,
@@ -36,9 +35,15 @@ from klutch_gitops.bind.options import (
     open_client,
 )
 from klutch_gitops.bind.output import Output, emit, print_bind_report, print_table, show_claims
+from klutch_gitops.bind.relabel import relabel
 from klutch_gitops.bind.request import GIT_PASSWORD_ENV, claims_for, confirmation_needed
 from klutch_gitops.bind.unbind import unbind_command
-from klutch_gitops.cli_options import VersionOption, add_conventions, kubeconfig_paths
+from klutch_gitops.cli_options import (
+    KubeconfigOption,
+    VersionOption,
+    add_conventions,
+    kubeconfig_paths,
+)
 from klutch_gitops.console import out, run_cli
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.inspect.show import REPOSITORIES, render
@@ -76,7 +81,7 @@ def exports(
     client_id: ClientId = None,
     ca: Ca = None,
     output: OutputOption = Output.text,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: KubeconfigOption = None,
     context: Context = None,
 ) -> None:
     """List the APIs the bind API offers, and whether you may bind them."""
@@ -134,7 +139,7 @@ def bind_command(
     known_hosts: Annotated[
         Path | None, typer.Option("--known-hosts", help="known_hosts file for the SSH host.")
     ] = None,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: KubeconfigOption = None,
     context: Context = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Accept the permission claims.")] = False,
     gitops_out: Annotated[
@@ -203,6 +208,8 @@ def _complete_on_app_cluster(
         files = bind_client.gitops_files(consumer, bound)
         report["written"] = app_cluster.write_gitops(gitops_out, files)
         objects = objects[:2]  # the Namespace and the Secret go to the cluster, never to Git
+    if kube:
+        relabel(kube)  # earlier binds' objects: their consumer label, under today's key
     report["applied"] = app_cluster.apply_app_objects(kube, objects) if kube else []
     print_bind_report(report, output)
     failed = {a: p for a, p in (result.get("phases") or {}).items() if a not in bound}
@@ -221,7 +228,7 @@ def status_command(
     client_id: ClientId = None,
     ca: Ca = None,
     output: OutputOption = Output.text,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: KubeconfigOption = None,
     context: Context = None,
 ) -> None:
     """List your bindings."""

@@ -15,17 +15,14 @@ from typing import Any
 
 import httpx
 
+from klutch_gitops.apis import API_SERVICE_BINDINGS, CONSUMER_LABEL
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Resource
+from klutch_gitops.kube.client import Resource
+from klutch_gitops.kube.resources import NAMESPACES, SECRETS
 from klutch_gitops.oidc_client import tls_context
 
 BIND_NAMESPACE = "klutch-bind"
 FIELD_MANAGER = "klutch-bind"
-CONSUMER_LABEL = "klutch.anynines.com/consumer"
-# Cluster-scoped, like Klutch's (bind/pkg/apis/bind/v1alpha1/apiservicebinding_types.go).
-SERVICE_BINDINGS = Resource(
-    "klutch.anynines.com", "v1alpha1", "apiservicebindings", "APIServiceBinding", namespaced=False
-)
 CLAIM_FIELDS = ("group", "resource", "version", "selector", "required")
 LOGIN_FIX = (
     "run 'klutch-bind login URL --issuer ISSUER --client-id CLIENT' again, or give a fresh token "
@@ -201,8 +198,8 @@ def service_binding(api: str, consumer: str, claims: Iterable[Mapping[str, Any]]
     """The cluster-scoped APIServiceBinding named after the export ``<plural>.<group>``; its
     Secret lives in ``klutch-bind``, as kubectl bind writes it (servicebindings.go)."""
     return {
-        "apiVersion": SERVICE_BINDINGS.api_version,
-        "kind": SERVICE_BINDINGS.kind,
+        "apiVersion": API_SERVICE_BINDINGS.api_version,
+        "kind": API_SERVICE_BINDINGS.kind,
         "metadata": {"name": api, "labels": {CONSUMER_LABEL: consumer}},
         "spec": {
             "kubeconfigSecretRef": {
@@ -223,7 +220,7 @@ def app_objects(
         (NAMESPACES, namespace_object()),
         (SECRETS, kubeconfig_secret(consumer, kubeconfig)),
         *(
-            (SERVICE_BINDINGS, service_binding(api, consumer, claims))
+            (API_SERVICE_BINDINGS, service_binding(api, consumer, claims))
             for api, claims in sorted(claims_by_api.items())
         ),
     ]

@@ -21,8 +21,9 @@ from klutch_gitops.bind.device_login import (
     poll_device_token,
     start_device_authorization,
 )
-from klutch_gitops.bind.options import Context, Issuer, Kubeconfig, OutputOption, Url, web_url
+from klutch_gitops.bind.options import Context, Issuer, OutputOption, Url, web_url
 from klutch_gitops.bind.output import Output, emit, print_table
+from klutch_gitops.cli_options import KubeconfigOption
 from klutch_gitops.console import err, out
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.oidc_client import DEFAULT_SCOPES, discover, http_client, unverified_claims
@@ -76,7 +77,7 @@ def login(
             help="Browser flow: port of the callback on localhost; 0 picks a free one (RFC 8252).",
         ),
     ] = 0,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: KubeconfigOption = None,
     context: Context = None,
 ) -> None:
     """Log in to the issuer and cache the tokens (owner-only); with URL, also remember the bind
@@ -145,7 +146,9 @@ def _open_browser(url: str) -> None:
     webbrowser.open(url)
 
 
-def logout(issuer: Issuer = None, kubeconfig: Kubeconfig = None, context: Context = None) -> None:
+def logout(
+    issuer: Issuer = None, kubeconfig: KubeconfigOption = None, context: Context = None
+) -> None:
     """Revoke the refresh tokens at the issuer where it supports RFC 7009, forget them, and
     forget every kubectl context's remembered login with that issuer."""
     if issuer is None:
@@ -191,7 +194,7 @@ def token(
     client_id: Annotated[
         str | None, typer.Option("--client-id", help="Needed when logged in with several.")
     ] = None,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: KubeconfigOption = None,
     context: Context = None,
 ) -> None:
     """Print a fresh ID token (refreshed if it expires within 60 s), for scripts."""
@@ -209,7 +212,7 @@ config_app = typer.Typer(
 
 @config_app.command("view")
 def view(
-    output: OutputOption = Output.text, kubeconfig: Kubeconfig = None, context: Context = None
+    output: OutputOption = Output.text, kubeconfig: KubeconfigOption = None, context: Context = None
 ) -> None:
     """Show the remembered logins (no tokens); * marks the kubectl context in use."""
     try:

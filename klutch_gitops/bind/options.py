@@ -83,12 +83,6 @@ Ca = Annotated[
     typer.Option("--ca", help="CA bundle for the bind API's TLS (default: remembered)."),
 ]
 OutputOption = Annotated[Output, typer.Option("-o", "--output")]
-Kubeconfig = Annotated[
-    Path | None,
-    typer.Option(
-        "--kubeconfig", help="Kubeconfig of the App Cluster (default: $KUBECONFIG, ~/.kube/config)."
-    ),
-]
 Context = Annotated[
     str | None,
     typer.Option(

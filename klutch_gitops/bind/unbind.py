@@ -23,7 +23,6 @@ from klutch_gitops.bind.options import (
     ClientId,
     Context,
     Issuer,
-    Kubeconfig,
     OutputOption,
     TokenFile,
     app_kube,
@@ -31,6 +30,7 @@ from klutch_gitops.bind.options import (
     web_url,
 )
 from klutch_gitops.bind.output import Output, emit
+from klutch_gitops.cli_options import KubeconfigOption
 from klutch_gitops.console import err, out
 from klutch_gitops.errors import KlutchError
 
@@ -147,7 +147,7 @@ def unbind_command(
     timeout: Annotated[
         float, typer.Option("--timeout", min=0, help="Seconds to wait until all is gone.")
     ] = 300.0,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: KubeconfigOption = None,
     context: Context = None,
     issuer: Issuer = None,
     token_file: TokenFile = None,

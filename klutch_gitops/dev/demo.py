@@ -20,13 +20,15 @@ from typing import Any
 
 import yaml
 
+from klutch_gitops.apis import XRDS
 from klutch_gitops.config import PlatformSpec
 from klutch_gitops.consumer import bind_consumer, binder_kubeconfig, consumer_namespace
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import CRDS, NAMESPACES, Kube, Resource, api_client
+from klutch_gitops.kube.client import Kube, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds
+from klutch_gitops.kube.resources import CRDS, NAMESPACES
 from reconciler.sync.platform import TEMPLATE_NAMESPACE, PlatformSync
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,9 +37,6 @@ TEAM = "team-a"
 # What the platform repository publishes from the catalog: the local stack's backend.
 CATALOG_PARTS = ("xrds", "compositions/local", "templates")
 EXPORTED = ("postgresqlinstances", "servicebindings", "backups", "restores")
-XRDS = Resource(
-    "apiextensions.crossplane.io", "v1", "compositeresourcedefinitions", namespaced=False
-)
 OFFER_TIMEOUT = 120.0
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
+from klutch_gitops.cli_options import KubeconfigOption
 from klutch_gitops.console import out
 from klutch_gitops.inspect.table import Output
 
@@ -19,10 +20,6 @@ if TYPE_CHECKING:  # the kubernetes client loads when a command runs, not for --
     from klutch_gitops.inspect.access import Cluster
     from klutch_gitops.kube.client import Resource
 
-Kubeconfig = Annotated[
-    Path | None,
-    typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"),
-]
 Context = Annotated[str | None, typer.Option("--context", help="Kubeconfig context to use")]
 Namespace = Annotated[
     str | None,
@@ -49,7 +46,7 @@ def say(line: str) -> None:
 
 def get(
     what: Annotated[What, typer.Argument(help="repositories (repos) or claims")] = What.repos,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: KubeconfigOption = None,
     context: Context = None,
     namespace: Namespace = None,
     all_namespaces: Annotated[
@@ -132,14 +129,13 @@ def _list(
     cluster: Cluster, want_claims: bool, namespace: str | None
 ) -> tuple[Resource, list[dict[str, Any]], Callable[[], Iterator[dict[str, Any]]]]:
     """(the resource a refusal names, the objects, their changes from the list on)."""
-    from klutch_gitops.apis import REPOSITORY_BINDINGS, REPOSITORY_LABEL
+    from klutch_gitops.apis import ALL_CLAIMS, REPOSITORY_BINDINGS, REPOSITORY_LABEL
     from klutch_gitops.inspect import claims
     from klutch_gitops.inspect.access import CALL_ERRORS, refused
     from klutch_gitops.inspect.watch import changes, merged_changes
-    from klutch_gitops.kube.client import Resource
 
     if want_claims:
-        kinds = Resource("", "", "claims")
+        kinds = ALL_CLAIMS
         try:
             found, versions = claims.list_claims(cluster.kube, namespace)
         except CALL_ERRORS as error:
@@ -185,7 +181,7 @@ def _answer(cluster: Cluster, ns: str, name: str, value: str, timeout: float) ->
 
 def reconcile(
     repo: Repo,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: KubeconfigOption = None,
     context: Context = None,
     namespace: Namespace = None,
     timeout: Timeout = 60.0,
@@ -203,7 +199,7 @@ def reconcile(
 
 def suspend(
     repo: Repo,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: KubeconfigOption = None,
     context: Context = None,
     namespace: Namespace = None,
 ) -> None:
@@ -217,7 +213,7 @@ def suspend(
 
 def resume(
     repo: Repo,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: KubeconfigOption = None,
     context: Context = None,
     namespace: Namespace = None,
     timeout: Timeout = 60.0,

@@ -56,19 +56,6 @@ class Resource:
         return base
 
 
-NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
-SECRETS = Resource("", "v1", "secrets", "Secret")
-EVENTS = Resource("", "v1", "events", "Event")
-CRDS = Resource(
-    "apiextensions.k8s.io",
-    "v1",
-    "customresourcedefinitions",
-    "CustomResourceDefinition",
-    namespaced=False,
-)
-ROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
-
-
 class KubeError(Exception):
     """An API error with the server's reason and message."""
 

@@ -27,7 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from klutch_gitops.kube.client import EVENTS, KubeError, Resource
+from klutch_gitops.kube.client import KubeError, Resource
+from klutch_gitops.kube.resources import EVENTS
 
 log = logging.getLogger(__name__)
 

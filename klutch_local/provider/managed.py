@@ -22,8 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from klutch_gitops.kube.client import SECRETS, Kube, Resource
+from klutch_gitops.kube.client import Kube, Resource
 from klutch_gitops.kube.informer import Informer
+from klutch_gitops.kube.resources import SECRETS
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
 from klutch_local.provider.api import (
     CONNECTION_SECRET_TYPE,

@@ -17,8 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, Resource
+from klutch_gitops.kube.client import Kube, Resource
 from klutch_gitops.kube.crds import install_crds
+from klutch_gitops.kube.resources import NAMESPACES, SECRETS
 from klutch_local.provider.api import (
     BACKUPS,
     CLUSTER_PROVIDER_CONFIGS,

@@ -21,7 +21,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from klutch_gitops.kube.client import SECRETS, Kube
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.resources import SECRETS
 from klutch_local.provider.api import ReconcileError, provider_config_ref
 
 SECRET_KEYS = ("endpoint", "port", "username", "password")

@@ -29,8 +29,9 @@ from klutch_gitops.exports import (
     request_status,
 )
 from klutch_gitops.kube import conditions
-from klutch_gitops.kube.client import CRDS, NAMESPACES, Kube
+from klutch_gitops.kube.client import Kube
 from klutch_gitops.kube.informer import Informer
+from klutch_gitops.kube.resources import CRDS, NAMESPACES
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
 
 log = logging.getLogger(__name__)

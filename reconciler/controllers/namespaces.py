@@ -20,14 +20,14 @@ from klutch_gitops.apis import (
     API_SERVICE_NAMESPACES,
     APP_NAMESPACE_LABEL,
     CONSUMER_LABEL,
-    ROLE_BINDINGS,
     mapped_namespace,
 )
 from klutch_gitops.binder_roles import CLAIMED_SECRETS_ROLE, ensure_cluster_role, role_binding
 from klutch_gitops.consumer import binder_role
 from klutch_gitops.kube import conditions
-from klutch_gitops.kube.client import NAMESPACES, Kube, KubeError, Resource
+from klutch_gitops.kube.client import Kube, KubeError, Resource
 from klutch_gitops.kube.informer import Informer
+from klutch_gitops.kube.resources import NAMESPACES, ROLE_BINDINGS
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
 
 log = logging.getLogger(__name__)

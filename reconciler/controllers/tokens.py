@@ -35,9 +35,10 @@ from klutch_gitops.apis import BINDER_KUBECONFIG_LABEL
 from klutch_gitops.config import TokenRenewal
 from klutch_gitops.consumer import binder_token
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import FIELD_MANAGER, SECRETS, Kube, KubeError
+from klutch_gitops.kube.client import FIELD_MANAGER, Kube, KubeError
 from klutch_gitops.kube.events import WARNING, EventRecorder
 from klutch_gitops.kube.informer import Informer, object_key
+from klutch_gitops.kube.resources import SECRETS
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
 from reconciler import metrics
 

@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from klutch_gitops.git.checkout import Checkout
-from klutch_gitops.git.credentials import separate
 from klutch_gitops.kube.workqueue import WorkQueue
+from reconciler.git.checkout import Checkout
+from reconciler.git.credentials import separate
 from reconciler.work import Key, Work
 
 log = logging.getLogger(__name__)

@@ -21,11 +21,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from klutch_gitops.config import LeaderElection
-from klutch_gitops.kube.client import Kube, KubeError, Resource
+from klutch_gitops.kube.client import Kube, KubeError
+from klutch_gitops.kube.resources import LEASES
 
 log = logging.getLogger(__name__)
-
-LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 
 
 class Action(enum.Enum):

@@ -39,7 +39,8 @@ from typing import Any
 
 from klutch_gitops.config import LeaderElection
 from klutch_gitops.kube.client import Kube, KubeError
-from reconciler.ha.leader import LEASES, Action, decide, format_time, lease_spec, released_spec
+from klutch_gitops.kube.resources import LEASES
+from reconciler.ha.leader import Action, decide, format_time, lease_spec, released_spec
 from reconciler.ha.records import read_record, unseen_push, with_record
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from klutch_gitops.apis import DELETION_PROTECTION
-from klutch_gitops.manifests import Claim, Identity, Rejection
+from reconciler.manifests import Claim, Identity, Rejection
 from reconciler.sync import objects
 from reconciler.sync.desired import DesiredState
 

@@ -33,12 +33,12 @@ from klutch_gitops.apis import (
 from klutch_gitops.catalog import load_xrds
 from klutch_gitops.config import Config, RegistrationSpec, SecretRef
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.local import LocalRepository
-from klutch_gitops.git.runner import GitFailed
 from klutch_gitops.kube.client import Kube, KubeError, Resource, api_client
-from klutch_gitops.manifests import Claim, Export, Identity
 from klutch_gitops.repository_config import from_repository_binding
 from klutch_gitops.urls import InvalidRepoURL, normalize_repo_url
+from reconciler.git.local import LocalRepository
+from reconciler.git.runner import GitFailed
+from reconciler.manifests import Claim, Export, Identity
 from reconciler.review import plan
 from reconciler.sync import objects
 from reconciler.sync.connection import Resolver

@@ -22,9 +22,9 @@ from pathlib import Path
 import httpx
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.checkout import Checkout
 from klutch_gitops.kube.client import KubeError
 from klutch_gitops.kube.workqueue import WorkQueue, run_workers
+from reconciler.git.checkout import Checkout
 from reconciler.review.forges import FORGES, Forge, ForgeError, NoForgeAPI, State, repository_api
 from reconciler.review.plan import Plan
 from reconciler.review.plan_io import Target, run_plan

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from klutch_gitops.manifests import Claim, Identity, Location
+from reconciler.manifests import Claim, Identity, Location
 from reconciler.sync import objects
 from reconciler.sync.outcome import Failed
 from reconciler.sync.view import View

@@ -18,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from klutch_gitops.failpoints import failpoint
 from klutch_gitops.kube.client import KubeError, Resource
 from klutch_gitops.kube.events import NORMAL
-from klutch_gitops.manifests import Claim
+from reconciler.failpoints import failpoint
+from reconciler.manifests import Claim
 from reconciler.sync import events, objects
 from reconciler.sync.outcome import Failed
 from reconciler.sync.view import View, claim_resource

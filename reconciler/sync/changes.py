@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from klutch_gitops.manifests import Export
+from reconciler.manifests import Export
 from reconciler.sync.claim_rules import Rules
 from reconciler.sync.desired import (
     DesiredState,
@@ -35,7 +35,7 @@ DEFAULT_LIMITS = Limits()
 
 
 class Tree(Protocol):
-    """The checkout the loader reads (``klutch_gitops.git.checkout.Checkout``)."""
+    """The checkout the loader reads (``reconciler.git.checkout.Checkout``)."""
 
     root: Path
 

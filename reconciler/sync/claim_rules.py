@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, TypeGuard
 
 from jsonschema.exceptions import SchemaError
 
-from klutch_gitops.manifests import Export
+from reconciler.manifests import Export
 from reconciler.sync.schema import CompiledSchema
 
 CLUSTER_SCOPED_KINDS = frozenset(

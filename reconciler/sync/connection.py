@@ -24,10 +24,10 @@ from kubernetes import client
 from klutch_gitops import tenant_kubeconfig
 from klutch_gitops.config import GitCredentialsRef, RegistrationSpec, SecretRef
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.credentials import Credentials
 from klutch_gitops.kube.client import Kube, api_client
 from klutch_gitops.kube.shared import Caches
 from klutch_gitops.settings import secret_data, secret_value
+from reconciler.git.credentials import Credentials
 
 # Connections a shared client keeps for reuse: every registration's apply writes in flight
 # (reconciler.sync.apply: 8 per pass, 4 workers) and its informers' watches at once.

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from klutch_gitops.manifests import Claim, Export, Identity, Location, Rejection
 from klutch_gitops.yamlsafe import YamlError, load_documents
+from reconciler.manifests import Claim, Export, Identity, Location, Rejection
 from reconciler.sync.claim_rules import Rules, document_problems
 from reconciler.sync.yaml_files import Unreadable, read_text, yaml_files
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from klutch_gitops.manifests import Identity
+from reconciler.manifests import Identity
 from reconciler.sync.outcome import Problem
 
 RECONCILE_ERROR = "ReconcileError"

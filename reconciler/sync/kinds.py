@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from klutch_gitops.kube.client import KubeError
-from klutch_gitops.manifests import Export
+from reconciler.manifests import Export
 from reconciler.sync import app_crds, konnector, objects
 from reconciler.sync.outcome import Failed
 from reconciler.sync.view import View

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.manifests import Claim
 from klutch_gitops.tenant_kubeconfig import load
+from reconciler.manifests import Claim
 from reconciler.sync.outcome import Foreign
 
 DEFAULT_KEY = "kubeconfig"  # Klutch's LocalSecretKeyRef allows only this key

@@ -22,7 +22,7 @@ import yaml
 
 from klutch_gitops.config import Bot
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.checkout import Checkout
+from reconciler.git.checkout import Checkout
 
 _log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from klutch_gitops.apis import DELETION_PROTECTION, REPOSITORY_LABEL
-from klutch_gitops.manifests import Claim, Identity
+from reconciler.manifests import Claim, Identity
 
 PREFIX = "gitops.klutch.anynines.com"
 PATH_ANNOTATION = f"{PREFIX}/path"

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from klutch_gitops.kube.client import SECRETS, Resource
+from klutch_gitops.kube.client import Resource
 from klutch_gitops.kube.conditions import now
-from klutch_gitops.manifests import Claim, Export, Identity
+from klutch_gitops.kube.resources import SECRETS
+from reconciler.manifests import Claim, Export, Identity
 from reconciler.sync import events, objects, progress
 from reconciler.sync.app_status import AppStatusInputs, app_status, git_status
 from reconciler.sync.desired import DesiredState

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from klutch_gitops.manifests import Identity, Rejection
+from reconciler.manifests import Identity, Rejection
 
 SHOWN_REFUSALS = 5  # how many refusals a status lists; reconcile.yaml in Git has them all
 

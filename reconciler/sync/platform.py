@@ -12,14 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from klutch_gitops.apis import COMPOSITIONS, TEMPLATES, XRDS
 from klutch_gitops.config import PlatformSpec
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.checkout import Checkout
-from klutch_gitops.git.credentials import Credentials
 from klutch_gitops.kube.client import Kube, KubeError, Resource
-from klutch_gitops.manifests import Identity, Rejection
 from klutch_gitops.urls import normalize_repo_url
 from klutch_gitops.yamlsafe import YamlError, load_documents
+from reconciler.git.checkout import Checkout
+from reconciler.git.credentials import Credentials
+from reconciler.manifests import Identity, Rejection
 from reconciler.sync.desired import Limits
 
 log = logging.getLogger(__name__)
@@ -28,27 +29,7 @@ log = logging.getLogger(__name__)
 # one Control Plane never prune each other's objects.
 PLATFORM_LABEL = "gitops.klutch.anynines.com/platform"
 TEMPLATE_NAMESPACE = "crossplane-system"
-KINDS = {
-    ("example-backend.klutch.anynines.com", "APIServiceExportTemplate"): Resource(
-        "example-backend.klutch.anynines.com",
-        "v1alpha1",
-        "apiserviceexporttemplates",
-        "APIServiceExportTemplate",
-    ),
-    ("klutch.anynines.com", "APIServiceExportTemplate"): Resource(
-        "klutch.anynines.com", "v1alpha1", "apiserviceexporttemplates", "APIServiceExportTemplate"
-    ),
-    ("apiextensions.crossplane.io", "CompositeResourceDefinition"): Resource(
-        "apiextensions.crossplane.io",
-        "v1",
-        "compositeresourcedefinitions",
-        "CompositeResourceDefinition",
-        namespaced=False,
-    ),
-    ("apiextensions.crossplane.io", "Composition"): Resource(
-        "apiextensions.crossplane.io", "v1", "compositions", "Composition", namespaced=False
-    ),
-}
+KINDS = {(r.group, r.kind): r for r in (*TEMPLATES, XRDS, COMPOSITIONS)}
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 from klutch_gitops.apis import DELETION_PROTECTION
 from klutch_gitops.kube.client import KubeError, Resource
 from klutch_gitops.kube.events import NORMAL
-from klutch_gitops.manifests import Identity
+from reconciler.manifests import Identity
 from reconciler.sync import events, objects
 from reconciler.sync.desired import DesiredState
 from reconciler.sync.outcome import Failed, Held

@@ -15,8 +15,8 @@ from typing import Any
 
 from ruamel.yaml.error import YAMLError
 
-from klutch_gitops.yamledit import dump, load_all
 from reconciler.sync.outcome import Problem
+from reconciler.yamledit import dump, load_all
 
 HEADER = "# Written by klutch-gitops after each reconcile. Edits here are overwritten.\n"
 _TIMESTAMP = "reconciledAt"

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from klutch_gitops.config import Bot
-from klutch_gitops.git.checkout import Checkout
-from klutch_gitops.manifests import Identity
 from reconciler import metrics
+from reconciler.git.checkout import Checkout
+from reconciler.manifests import Identity
 from reconciler.sync import konnector
 from reconciler.sync.adoption import adopt, ahead_of_git, fetch_for, live_claims
 from reconciler.sync.apply import Source, apply_claims

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from klutch_gitops.manifests import Claim, Identity
+from reconciler.manifests import Claim, Identity
 from reconciler.sync import objects
 from reconciler.sync.apply import Source, plan
 from reconciler.sync.view import View

@@ -12,16 +12,21 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from klutch_gitops.apis import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, REPOSITORY_LABEL
-from klutch_gitops.bind.client import SERVICE_BINDINGS
-from klutch_gitops.kube.client import CRDS, SECRETS, KubeError, Resource
+from klutch_gitops.apis import (
+    API_SERVICE_BINDINGS,
+    API_SERVICE_EXPORTS,
+    API_SERVICE_NAMESPACES,
+    REPOSITORY_LABEL,
+)
+from klutch_gitops.kube.client import KubeError, Resource
 from klutch_gitops.kube.events import WARNING, EventRecorder
 from klutch_gitops.kube.informer import slim, slim_copy
+from klutch_gitops.kube.resources import CRDS, SECRETS
 from klutch_gitops.kube.shared import Route, Subscription
-from klutch_gitops.manifests import Claim, Export
+from reconciler.manifests import Claim, Export
 from reconciler.sync.connection import Connection
 
-SERVICE_BINDINGS_CRD = f"{SERVICE_BINDINGS.plural}.{SERVICE_BINDINGS.group}"
+SERVICE_BINDINGS_CRD = f"{API_SERVICE_BINDINGS.plural}.{API_SERVICE_BINDINGS.group}"
 
 
 def resource_of(export: Export, version: str | None = None) -> Resource:
@@ -179,7 +184,7 @@ class ClusterView:
         """The App Cluster's APIServiceBinding named after an export (as ``kubectl bind`` and
         the konnector name it), or None where there is none or we may not read it."""
         try:
-            return self.app.get(SERVICE_BINDINGS, None, name)
+            return self.app.get(API_SERVICE_BINDINGS, None, name)
         except KubeError as error:
             if error.status == 403:
                 self._service_bindings_forbidden = True
@@ -208,7 +213,7 @@ class ClusterView:
             and self.app.get(CRDS, None, SERVICE_BINDINGS_CRD) is not None
         ):  # without Klutch's CRD there is nothing to watch, and a watch would only fail
             self.service_bindings = self.caches.subscribe(
-                self.app, SERVICE_BINDINGS, self._on_service_binding, transform=slim
+                self.app, API_SERVICE_BINDINGS, self._on_service_binding, transform=slim
             )
 
     # -- App claims and Secret copies -------------------------------------------------------

@@ -38,14 +38,14 @@ from ruamel.yaml.error import YAMLError
 
 from klutch_gitops.config import Bot
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.checkout import Checkout
-from klutch_gitops.manifests import Identity
-from klutch_gitops.yamledit import dump, set_status
 from klutch_gitops.yamlsafe import YamlError, load_documents
+from reconciler.git.checkout import Checkout
+from reconciler.manifests import Identity
 from reconciler.sync.desired import DesiredState, Limits
 from reconciler.sync.notes import note_reconciled
 from reconciler.sync.outcome import Found, Held, only
 from reconciler.sync.report import HEADER, Summary, render_report
+from reconciler.yamledit import dump, set_status
 
 _log = logging.getLogger(__name__)
 

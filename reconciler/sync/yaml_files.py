@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from klutch_gitops.manifests import Rejection
+from reconciler.manifests import Rejection
 
 YAML_SUFFIXES = (".yaml", ".yml")
 SKIPPED_DIRECTORIES = frozenset({".git", ".klutch"})

@@ -1,7 +1,7 @@
 """What notices that a repository moved when no webhook tells us: polling and file watching.
 
 Both only call ``on_change(key)``; fetching and applying is the work queue's job. Polling asks the
-remote for one ref (``git ls-remote``, klutch_gitops.git.remote), which is cheap and needs no
+remote for one ref (``git ls-remote``, reconciler.git.remote), which is cheap and needs no
 clone; local ``file://`` remotes are watched through the file system instead, so a push shows at
 once.
 """

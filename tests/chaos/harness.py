@@ -35,7 +35,7 @@ import httpx
 import yaml
 
 from klutch_gitops.dev.localstack.processes import Process
-from klutch_gitops.failpoints import DIR_ENV, ENV
+from reconciler.failpoints import DIR_ENV, ENV
 from tests.kit.tenant import Tenant, repository_entry
 from tests.kit.wait import eventually
 

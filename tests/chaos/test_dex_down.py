@@ -24,7 +24,8 @@ from bind_api.server import build_server
 from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.consumer import consumer_namespace
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.resources import NAMESPACES, SECRETS
 from tests.integration.bindapi import (
     API,
     bind_api_config,

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from klutch_gitops.config import Bot
-from klutch_gitops.git.checkout import Checkout
+from reconciler.git.checkout import Checkout
 from reconciler.sync.writeback import write_back
 from tests.kit.claims import POSTGRES, claim, git_claims, is_ready
 from tests.kit.git import commits, duplicates, git, lost, touching

@@ -13,8 +13,8 @@ from kubernetes import client
 
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import NAMESPACES, Kube
-from reconciler.ha.leader import LEASES
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.resources import LEASES, NAMESPACES
 from reconciler.ha.shards import ROLE_LABEL, shard_of
 from tests.kit.claims import claim, git_claims, is_ready
 from tests.kit.git import commits, duplicates, lost

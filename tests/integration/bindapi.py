@@ -26,8 +26,9 @@ from klutch_gitops.config import SecretRef
 from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import NAMESPACES, Kube
+from klutch_gitops.kube.client import Kube
 from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
+from klutch_gitops.kube.resources import NAMESPACES
 from tests.kit.wait import eventually
 
 CLI = [sys.executable, "-m", "klutch_gitops.bind.cli"]

@@ -28,8 +28,9 @@ from klutch_gitops.dev.localstack import crossplane
 from klutch_gitops.dev.localstack.crossplane import FUNCTION_NAME
 from klutch_gitops.dev.localstack.stack import LocalStack, StackInfo
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import CRDS, Kube, Resource
+from klutch_gitops.kube.client import Kube, Resource
 from klutch_gitops.kube.crds import install_crds, load_dev_claim_crds
+from klutch_gitops.kube.resources import CRDS
 from tests.kit.wait import eventually
 from tests.stack import admin_clients
 

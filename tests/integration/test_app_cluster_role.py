@@ -27,19 +27,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from klutch_gitops.bind.client import SERVICE_BINDINGS
+from klutch_gitops.apis import API_SERVICE_BINDINGS
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import (
-    CRDS,
-    NAMESPACES,
-    ROLEBINDINGS,
-    SECRETS,
-    Kube,
-    KubeError,
-    Resource,
-    api_client,
-)
+from klutch_gitops.kube.client import Kube, KubeError, Resource, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds
+from klutch_gitops.kube.resources import CRDS, NAMESPACES, ROLE_BINDINGS, SECRETS
 from reconciler.sync.konnector import State
 from tests.kit.claims import POSTGRES, claim, is_ready, ready_status, write_status
 from tests.kit.tenant import Tenant, make_tenant
@@ -84,7 +76,7 @@ def documented_setup(
     name = f"klutch-gitops-app-{sa_namespace}"
     cleanup.append(lambda: app.delete(NAMESPACES, None, sa_namespace))
     cleanup.append(lambda: app.delete(CLUSTER_ROLE_BINDINGS, None, name))
-    cleanup.append(lambda: app.delete(ROLEBINDINGS, KLUTCH_BIND, name))
+    cleanup.append(lambda: app.delete(ROLE_BINDINGS, KLUTCH_BIND, name))
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
         cwd=directory,
@@ -152,7 +144,7 @@ def konnector_binding(tenant: Tenant, binder: Path, cleanup: list[Callable[[], A
     writes it (a generateName'd kubeconfig Secret in klutch-bind, the cluster-scoped
     APIServiceBinding named after the export; tests/integration/test_konnector_conflict.py)."""
     app = tenant.app
-    if app.get(SERVICE_BINDINGS, None, API) is not None:
+    if app.get(API_SERVICE_BINDINGS, None, API) is not None:
         pytest.fail(f"APIServiceBinding {API} is left over from another test")
     secret = provider_secret("kubeconfig-", KLUTCH_BIND)
     secret["metadata"] = {"generateName": "kubeconfig-", "namespace": KLUTCH_BIND}
@@ -161,10 +153,10 @@ def konnector_binding(tenant: Tenant, binder: Path, cleanup: list[Callable[[], A
     cleanup.append(lambda: app.delete(SECRETS, KLUTCH_BIND, name))
     ref = {"namespace": KLUTCH_BIND, "name": name, "key": "kubeconfig"}
     app.create(
-        SERVICE_BINDINGS,
+        API_SERVICE_BINDINGS,
         {
-            "apiVersion": SERVICE_BINDINGS.api_version,
-            "kind": SERVICE_BINDINGS.kind,
+            "apiVersion": API_SERVICE_BINDINGS.api_version,
+            "kind": API_SERVICE_BINDINGS.kind,
             "metadata": {"name": API},
             "spec": {"kubeconfigSecretRef": ref},
         },
@@ -175,8 +167,8 @@ def konnector_binding(tenant: Tenant, binder: Path, cleanup: list[Callable[[], A
 def unbind(app: Kube) -> None:
     """``kubectl delete apiservicebinding --cascade=orphan``, waited for: the next test's
     binding has the same name, and the CRD it owns stays."""
-    app.delete(SERVICE_BINDINGS, None, API, propagation="Orphan")
-    eventually(lambda: app.get(SERVICE_BINDINGS, None, API) is None, "the binding gone")
+    app.delete(API_SERVICE_BINDINGS, None, API, propagation="Orphan")
+    eventually(lambda: app.get(API_SERVICE_BINDINGS, None, API) is None, "the binding gone")
 
 
 def tool_applies(tenant: Tenant, name: str) -> None:

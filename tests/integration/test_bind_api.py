@@ -17,8 +17,9 @@ from bind_api.oidc import OIDCVerifier
 from klutch_gitops.apis import TEMPLATES
 from klutch_gitops.authz import ALLOWED_GROUPS_ANNOTATION
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import NAMESPACES, Kube
+from klutch_gitops.kube.client import Kube
 from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
+from klutch_gitops.kube.resources import NAMESPACES
 from tests.kit.wait import eventually
 
 from .dexflows import password_grant

@@ -14,12 +14,16 @@ import yaml
 
 from bind_api.bindings import BINDER_SECRET
 from bind_api.server import build_server
-from klutch_gitops.apis import API_SERVICE_NAMESPACES, REPOSITORY_BINDINGS, mapped_namespace
-from klutch_gitops.bind.client import SERVICE_BINDINGS
-from klutch_gitops.binder_roles import CLUSTER_ROLES
+from klutch_gitops.apis import (
+    API_SERVICE_BINDINGS,
+    API_SERVICE_NAMESPACES,
+    REPOSITORY_BINDINGS,
+    mapped_namespace,
+)
 from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.resources import CLUSTER_ROLES, NAMESPACES, SECRETS
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer
 from tests.kit.claims import POSTGRES, claim
@@ -85,7 +89,7 @@ def test_bind_status_unbind(
     assert "kubeconfig" not in report  # the credentials are never printed
     assert control_plane.get(NAMESPACES, None, consumer) is not None
 
-    binding = app.get(SERVICE_BINDINGS, None, API)  # cluster-scoped, as Klutch's
+    binding = app.get(API_SERVICE_BINDINGS, None, API)  # cluster-scoped, as Klutch's
     assert binding is not None
     assert "namespace" not in binding["metadata"]
     assert binding["spec"]["kubeconfigSecretRef"]["name"] == f"{consumer}-kubeconfig"
@@ -124,8 +128,8 @@ def test_bind_status_unbind(
                 "name": f"owned-by-{cluster_id}",
                 "ownerReferences": [
                     {
-                        "apiVersion": SERVICE_BINDINGS.api_version,
-                        "kind": SERVICE_BINDINGS.kind,
+                        "apiVersion": API_SERVICE_BINDINGS.api_version,
+                        "kind": API_SERVICE_BINDINGS.kind,
                         "name": API,
                         "uid": binding["metadata"]["uid"],
                         "controller": True,
@@ -153,7 +157,7 @@ def test_bind_status_unbind(
     app.delete(CLUSTER_ROLES, None, name)
     assert f"APIServiceBinding/{API}" in gone.stdout
     assert "APIServiceBinding/klutch-bind/" not in gone.stdout
-    assert app.get(SERVICE_BINDINGS, None, API) is None
+    assert app.get(API_SERVICE_BINDINGS, None, API) is None
     assert app.get(SECRETS, "klutch-bind", f"{consumer}-kubeconfig") is None
     assert control_plane.get(NAMESPACES, None, consumer) is None  # unbind waited until gone
     again = cli(tmp_path, "unbind", bind_url, consumer, "--yes", *token_args(tmp_path, id_token))

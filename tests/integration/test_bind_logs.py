@@ -18,7 +18,8 @@ from bind_api.server import build_server
 from klutch_gitops.bind.client import BindClient
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import NAMESPACES, Kube
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.resources import NAMESPACES
 from klutch_gitops.logs import JsonFormatter
 from klutch_gitops.oidc_client import unverified_claims
 from tests.kit.wait import eventually

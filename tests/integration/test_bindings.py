@@ -25,8 +25,9 @@ from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.exports import FAILED, SUCCEEDED
-from klutch_gitops.kube.client import CRDS, NAMESPACES, SECRETS, Kube, KubeError, api_client
+from klutch_gitops.kube.client import Kube, KubeError, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds, version_snapshot
+from klutch_gitops.kube.resources import CRDS, NAMESPACES, SECRETS
 from reconciler.controllers.namespaces import NamespaceController
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer

@@ -26,8 +26,9 @@ from klutch_gitops.catalog import (
     load_templates,
     load_xrds,
 )
-from klutch_gitops.kube.client import CRDS, NAMESPACES, Kube, KubeError, Resource
+from klutch_gitops.kube.client import Kube, KubeError, Resource
 from klutch_gitops.kube.crds import install_crds, load_crds
+from klutch_gitops.kube.resources import CRDS, NAMESPACES
 
 from .catalogstack import (
     OTHER_LINE,

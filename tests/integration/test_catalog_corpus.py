@@ -31,7 +31,8 @@ import pytest
 from kubernetes import client
 
 from klutch_gitops.catalog import load_xrds
-from klutch_gitops.kube.client import NAMESPACES, Kube, KubeError, Resource
+from klutch_gitops.kube.client import Kube, KubeError, Resource
+from klutch_gitops.kube.resources import NAMESPACES
 from tests.kit.wait import eventually
 
 from .catalogstack import catalog_offered

@@ -18,29 +18,16 @@ import yaml
 from kubernetes import client
 
 from bind_api.bindings import BINDER_SECRET, BindingRequest, Repository, bind, unbind
-from klutch_gitops.apis import (
-    API_SERVICE_NAMESPACES,
-    EXPORT_REQUESTS,
-    REPOSITORY_BINDINGS,
-    ROLE_BINDINGS,
-    ROLES,
-)
+from klutch_gitops.apis import API_SERVICE_NAMESPACES, EXPORT_REQUESTS, REPOSITORY_BINDINGS
 from klutch_gitops.binder_roles import CLAIMED_SECRETS_ROLE, CONSUMER_ROLE
 from klutch_gitops.config import Config, PlatformSpec, TokenRenewal
 from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import (
-    CRDS,
-    NAMESPACES,
-    SECRETS,
-    Kube,
-    KubeError,
-    Resource,
-    api_client,
-)
+from klutch_gitops.kube.client import Kube, KubeError, Resource, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
+from klutch_gitops.kube.resources import CRDS, NAMESPACES, ROLE_BINDINGS, ROLES, SECRETS
 from reconciler.controllers.tokens import binder_user
 from reconciler.manager import Reconciler
 from reconciler.sync.platform import PlatformSync

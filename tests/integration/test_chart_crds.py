@@ -32,8 +32,9 @@ from kubernetes import client
 from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import CRDS, Kube, Resource, api_client
+from klutch_gitops.kube.client import Kube, Resource, api_client
 from klutch_gitops.kube.crds import install_crds
+from klutch_gitops.kube.resources import CRDS
 from tests.conftest import TwinNamespace
 from tests.helm import CHART, VALUE_SETS, render
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.kube.client import EVENTS, KubeError, Resource
+from klutch_gitops.kube.client import KubeError, Resource
+from klutch_gitops.kube.resources import EVENTS
 from reconciler.sync import objects
 from tests.kit.claims import POSTGRES, claim, write_status
 from tests.kit.tenant import Tenant, make_tenant

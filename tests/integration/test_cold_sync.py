@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.kube.client import EVENTS
+from klutch_gitops.kube.resources import EVENTS
 from reconciler.sync import apply, events, namespaces, objects
 from reconciler.sync.repository import Sync
 from tests.kit.claims import POSTGRES, claim

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import SECRETS, Kube, Resource, api_client
+from klutch_gitops.kube.client import Kube, Resource, api_client
+from klutch_gitops.kube.resources import SECRETS
 from tests.kit.wait import eventually
 
 from .catalogstack import conditions

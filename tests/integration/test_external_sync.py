@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from klutch_gitops.kube.client import EVENTS, SECRETS
+from klutch_gitops.kube.resources import EVENTS, SECRETS
 from reconciler.sync import objects
 from tests.kit.claims import POSTGRES, claim, ready_status
 from tests.kit.git import git

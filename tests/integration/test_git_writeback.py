@@ -21,10 +21,10 @@ import yaml
 
 from klutch_gitops.config import Bot
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.checkout import Checkout
-from klutch_gitops.git.credentials import Credentials
-from klutch_gitops.git.remote import ls_remote
-from klutch_gitops.manifests import Identity, Rejection
+from reconciler.git.checkout import Checkout
+from reconciler.git.credentials import Credentials
+from reconciler.git.remote import ls_remote
+from reconciler.manifests import Identity, Rejection
 from reconciler.sync.notes import NOTES_REF, note_reconciled
 from reconciler.sync.writeback import (
     Mode,

@@ -17,7 +17,7 @@ from kubernetes import client
 
 import reconciler.manager as manager
 from klutch_gitops.dev.localstack.stack import StackInfo
-from reconciler.ha.leader import LEASES
+from klutch_gitops.kube.resources import LEASES
 from reconciler.ha.records import read_record
 from reconciler.ha.shards import shard_lease
 from reconciler.registrations import Registrations

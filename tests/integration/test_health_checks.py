@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from klutch_gitops.kube.client import CRDS
+from klutch_gitops.kube.resources import CRDS
 from tests.kit.claims import POSTGRES, claim, write_status
 from tests.kit.tenant import Tenant, make_tenant
 from tests.kit.wait import eventually

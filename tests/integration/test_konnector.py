@@ -48,18 +48,15 @@ import pytest
 from kubernetes import client
 
 from bind_api.bindings import BINDER_SECRET, cluster_binding, secret
-from klutch_gitops.apis import API_SERVICE_EXPORTS, API_SERVICE_NAMESPACES, CLUSTER_BINDINGS
-from klutch_gitops.bind.client import SERVICE_BINDINGS
-from klutch_gitops.kube.client import (
-    CRDS,
-    NAMESPACES,
-    SECRETS,
-    Kube,
-    KubeError,
-    Resource,
-    api_client,
+from klutch_gitops.apis import (
+    API_SERVICE_BINDINGS,
+    API_SERVICE_EXPORTS,
+    API_SERVICE_NAMESPACES,
+    CLUSTER_BINDINGS,
 )
+from klutch_gitops.kube.client import Kube, KubeError, Resource, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds
+from klutch_gitops.kube.resources import CRDS, NAMESPACES, SECRETS
 from reconciler.manager import Reconciler
 from reconciler.sync.app_crds import owned_by_binding
 from tests.kit.claims import POSTGRES, claim, ready_status
@@ -313,15 +310,15 @@ def app_binding(tenant: Tenant) -> Iterator[str]:
     ``--cascade=orphan`` afterwards, so the CRD it owns and every claim of the kind stay."""
     if tenant.app.get(NAMESPACES, None, KLUTCH_BIND) is None:
         tenant.app.create(NAMESPACES, {"metadata": {"name": KLUTCH_BIND}})
-    if tenant.app.get(SERVICE_BINDINGS, None, API) is not None:
+    if tenant.app.get(API_SERVICE_BINDINGS, None, API) is not None:
         pytest.fail(f"APIServiceBinding {API} is left over from another test")
     name = f"kubeconfig-{uuid.uuid4().hex[:6]}"
     yield name
     # With the reconciler still running, as in the README's hand-over: the CRD must lose the
     # owner reference and stay (put back, the garbage collector would take the CRD and every
     # claim of its kind once the binding is gone).
-    tenant.app.delete(SERVICE_BINDINGS, None, API, propagation="Orphan")
-    eventually(lambda: tenant.app.get(SERVICE_BINDINGS, None, API) is None, "the binding gone")
+    tenant.app.delete(API_SERVICE_BINDINGS, None, API, propagation="Orphan")
+    eventually(lambda: tenant.app.get(API_SERVICE_BINDINGS, None, API) is None, "the binding gone")
     tenant.app.delete(SECRETS, KLUTCH_BIND, name)
     time.sleep(5)  # the garbage collector's turn, and a pass of the reconciler
     crd = tenant.app.get(CRDS, None, API)
@@ -440,10 +437,10 @@ def test_the_konnector_runs_beside_the_reconciler_on_our_rbac_alone(
     copied = tenant.app.get(SECRETS, KLUTCH_BIND, app_binding)
     assert base64.b64decode(copied["data"]["kubeconfig"]).decode() == binder_kubeconfig
     tenant.app.create(
-        SERVICE_BINDINGS,
+        API_SERVICE_BINDINGS,
         {
-            "apiVersion": SERVICE_BINDINGS.api_version,
-            "kind": SERVICE_BINDINGS.kind,
+            "apiVersion": API_SERVICE_BINDINGS.api_version,
+            "kind": API_SERVICE_BINDINGS.kind,
             "metadata": {"name": API},
             "spec": {
                 "kubeconfigSecretRef": {
@@ -482,7 +479,7 @@ def test_the_konnector_runs_beside_the_reconciler_on_our_rbac_alone(
     # The App CRD carries the controller owner reference to the APIServiceBinding, and Klutch's
     # IsOwnedByBinding (reconciler/sync/app_crds.py replicates it) accepts it on the running
     # cluster.
-    binding = tenant.app.get(SERVICE_BINDINGS, None, API)
+    binding = tenant.app.get(API_SERVICE_BINDINGS, None, API)
     crd = eventually(
         lambda: (
             (found := tenant.app.get(CRDS, None, API))

@@ -30,12 +30,12 @@ import pytest
 import yaml
 from kubernetes import client
 
-from klutch_gitops.apis import REPOSITORY_BINDINGS, mapped_namespace
-from klutch_gitops.bind.client import SERVICE_BINDINGS
+from klutch_gitops.apis import API_SERVICE_BINDINGS, REPOSITORY_BINDINGS, mapped_namespace
 from klutch_gitops.consumer import bind_consumer, binder_kubeconfig
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import EVENTS, NAMESPACES, SECRETS, Kube
+from klutch_gitops.kube.client import Kube
 from klutch_gitops.kube.crds import install_crds, load_crds
+from klutch_gitops.kube.resources import EVENTS, NAMESPACES, SECRETS
 from reconciler.manager import Reconciler
 from reconciler.sync.konnector import State
 from tests.gitserver import GitServer
@@ -65,10 +65,10 @@ def bind_app_side(app: Kube, kubeconfig: dict, cleanup: list[Callable[[], Any]])
     name = made["metadata"]["name"]
     cleanup.append(lambda: app.delete(SECRETS, KLUTCH_BIND, name))
     app.create(
-        SERVICE_BINDINGS,
+        API_SERVICE_BINDINGS,
         {
-            "apiVersion": SERVICE_BINDINGS.api_version,
-            "kind": SERVICE_BINDINGS.kind,
+            "apiVersion": API_SERVICE_BINDINGS.api_version,
+            "kind": API_SERVICE_BINDINGS.kind,
             "metadata": {"name": API},
             "spec": {
                 "kubeconfigSecretRef": {"namespace": KLUTCH_BIND, "name": name, "key": "kubeconfig"}
@@ -81,8 +81,8 @@ def bind_app_side(app: Kube, kubeconfig: dict, cleanup: list[Callable[[], Any]])
 def unbind_app_side(app: Kube) -> None:
     """``kubectl delete apiservicebinding --cascade=orphan``: the CRD it owns, and every claim
     of the kind with it, stays."""
-    app.delete(SERVICE_BINDINGS, None, API, propagation="Orphan")
-    eventually(lambda: app.get(SERVICE_BINDINGS, None, API) is None, "the binding gone")
+    app.delete(API_SERVICE_BINDINGS, None, API, propagation="Orphan")
+    eventually(lambda: app.get(API_SERVICE_BINDINGS, None, API) is None, "the binding gone")
 
 
 def test_a_konnector_for_another_consumer_namespace_is_refused_and_reported(
@@ -95,7 +95,7 @@ def test_a_konnector_for_another_consumer_namespace_is_refused_and_reported(
     install_crds(clusters["app"], load_crds(cluster="app"))  # the cluster-scoped APIServiceBinding
     tenant = make_tenant(stack, clusters, tmp_path, start=False)
     admin, app, consumer = tenant.control_plane, tenant.app, tenant.consumer
-    if app.get(SERVICE_BINDINGS, None, API) is not None:
+    if app.get(API_SERVICE_BINDINGS, None, API) is not None:
         pytest.fail(f"APIServiceBinding {API} is left over from another test")
 
     # The repository on an HTTPS Git server (RepositoryBindings take no file://), registered by a

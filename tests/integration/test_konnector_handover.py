@@ -27,7 +27,7 @@ from tests.kit.claims import POSTGRES, claim
 from tests.kit.tenant import Tenant, make_tenant
 from tests.kit.wait import eventually
 
-from .test_konnector import API, KLUTCH_BIND, SERVICE_BINDINGS, Konnector, provide
+from .test_konnector import API, API_SERVICE_BINDINGS, KLUTCH_BIND, Konnector, provide
 from .test_konnector import app_binding as app_binding  # a fixture
 
 
@@ -97,10 +97,10 @@ def test_a_konnector_claim_moved_to_git_keeps_its_control_plane_claim(
     # kubeconfig Secret is left out here (the konnector below is a replay with its own client),
     # so the reconciler cannot tell its consumer namespace and only knows that one serves the kind.
     tenant.app.create(
-        SERVICE_BINDINGS,
+        API_SERVICE_BINDINGS,
         {
-            "apiVersion": SERVICE_BINDINGS.api_version,
-            "kind": SERVICE_BINDINGS.kind,
+            "apiVersion": API_SERVICE_BINDINGS.api_version,
+            "kind": API_SERVICE_BINDINGS.kind,
             "metadata": {"name": API},
             "spec": {
                 "kubeconfigSecretRef": {

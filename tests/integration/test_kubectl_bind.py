@@ -44,13 +44,13 @@ import yaml
 
 from bind_api.bindings import unbind
 from bind_api.server import serve_in_background
-from klutch_gitops.apis import API_SERVICE_EXPORTS, EXPORT_REQUESTS
-from klutch_gitops.bind.client import SERVICE_BINDINGS as API_SERVICE_BINDINGS
+from klutch_gitops.apis import API_SERVICE_BINDINGS, API_SERVICE_EXPORTS, EXPORT_REQUESTS
 from klutch_gitops.consumer import recorded_groups
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.exports import FAILED, SUCCEEDED
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, KubeError, api_client
+from klutch_gitops.kube.client import Kube, KubeError, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
+from klutch_gitops.kube.resources import NAMESPACES, SECRETS
 from reconciler.controllers.export_requests import ExportRequestController
 from tests.kit.wait import eventually
 

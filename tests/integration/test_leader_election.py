@@ -19,7 +19,8 @@ from klutch_gitops.config import Config, LeaderElection
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.kube.client import Kube
-from reconciler.ha.leader import LEASES, LeaderElector, format_time
+from klutch_gitops.kube.resources import LEASES
+from reconciler.ha.leader import LeaderElector, format_time
 from reconciler.ha.shards import GROUP_LABEL, ROLE_LABEL, ShardCoordinator, member_lease
 from reconciler.manager import STANDBY, Reconciler
 from tests.conftest import TwinNamespace

@@ -20,7 +20,8 @@ from kubernetes import client
 
 from klutch_gitops.dev.localstack.postgres import PostgresInfo
 from klutch_gitops.dev.localstack.stack import LOCAL_PROVIDER_CONFIG, StackInfo
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, Resource
+from klutch_gitops.kube.client import Kube, Resource
+from klutch_gitops.kube.resources import NAMESPACES, SECRETS
 from klutch_local.provider.api import (
     BACKUPS,
     DATABASES,

@@ -21,7 +21,8 @@ from kubernetes import client
 from klutch_gitops.dev.localstack.postgres import PostgresInfo
 from klutch_gitops.dev.localstack.processes import Process, cmdline
 from klutch_gitops.dev.localstack.stack import LOCAL_PROVIDER_CONFIG, LocalStack, StackInfo
-from klutch_gitops.kube.client import SECRETS, Kube
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.resources import SECRETS
 from klutch_local.provider.api import (
     DATABASES,
     FIELD_MANAGER,

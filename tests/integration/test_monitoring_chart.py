@@ -14,8 +14,9 @@ from kubernetes import client
 
 from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import CRDS, Kube
+from klutch_gitops.kube.client import Kube
 from klutch_gitops.kube.crds import install_crds
+from klutch_gitops.kube.resources import CRDS
 from tests.conftest import TwinNamespace
 from tests.helm import VALUE_SETS, render
 

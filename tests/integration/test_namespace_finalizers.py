@@ -14,8 +14,9 @@ import pytest
 from kubernetes import client, config
 
 from klutch_gitops.apis import API_SERVICE_NAMESPACES, mapped_namespace
-from klutch_gitops.kube.client import NAMESPACES, Kube, Resource
+from klutch_gitops.kube.client import Kube, Resource
 from klutch_gitops.kube.crds import install_crds, load_crds
+from klutch_gitops.kube.resources import NAMESPACES
 from reconciler.controllers.namespaces import FINALIZER, NamespaceController
 
 pytestmark = pytest.mark.integration

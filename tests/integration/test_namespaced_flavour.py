@@ -25,7 +25,8 @@ from kubernetes import client
 
 from klutch_gitops.dev.localstack.postgres import PostgresInfo
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import CRDS, NAMESPACES, SECRETS, Kube, Resource
+from klutch_gitops.kube.client import Kube, Resource
+from klutch_gitops.kube.resources import CRDS, NAMESPACES, SECRETS
 from klutch_local.provider.api import BACKUPS as BACKUPS_MR
 from klutch_local.provider.api import DATABASES, USERS, conditions_of, namespaced
 from tests.kit.wait import eventually

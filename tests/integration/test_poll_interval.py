@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.git.remote import ls_remote
+from reconciler.git.remote import ls_remote
 from reconciler.manager import Reconciler
 from reconciler.triggers.sources import JITTER, Poller
 from tests.gitserver import GitServer

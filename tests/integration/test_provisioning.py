@@ -23,7 +23,8 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import CRDS, SECRETS, Kube, Resource
+from klutch_gitops.kube.client import Kube, Resource
+from klutch_gitops.kube.resources import CRDS, SECRETS
 from reconciler.manager import Reconciler
 from tests.kit.tenant import Tenant, make_tenant
 from tests.kit.wait import eventually

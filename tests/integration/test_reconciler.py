@@ -13,7 +13,8 @@ import httpx
 import pytest
 import yaml
 
-from klutch_gitops.kube.client import EVENTS, SECRETS, KubeError
+from klutch_gitops.kube.client import KubeError
+from klutch_gitops.kube.resources import EVENTS, SECRETS
 from reconciler.sync import objects
 from tests.kit.claims import POSTGRES, claim
 from tests.kit.git import git

@@ -24,7 +24,8 @@ from klutch_gitops.config import Config, PlatformSpec
 from klutch_gitops.config_file import load_config
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import CRDS, Kube, KubeError, Resource
+from klutch_gitops.kube.client import Kube, KubeError, Resource
+from klutch_gitops.kube.resources import CRDS
 from reconciler.manager import Reconciler
 from reconciler.sync import objects
 from reconciler.sync.notes import NOTES_REF

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from klutch_gitops.kube.client import SECRETS, KubeError
+from klutch_gitops.kube.client import KubeError
+from klutch_gitops.kube.resources import SECRETS
 from reconciler.manager import Reconciler
 from reconciler.sync.view import ClusterView
 from tests.kit.claims import POSTGRES, claim

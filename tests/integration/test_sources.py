@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.remote import ls_remote
+from reconciler.git.remote import ls_remote
 from reconciler.triggers.sources import FileWatcher, Poller
 
 WAIT = 10.0  # upper bound for an expected event; never asserted as a duration

@@ -16,11 +16,11 @@ from kubernetes import client
 from typer.testing import CliRunner
 
 from klutch_gitops.apis import REPOSITORY_BINDINGS, REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION
-from klutch_gitops.binder_roles import CLUSTER_ROLES
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.inspect import commands
-from klutch_gitops.kube.client import NAMESPACES, ROLEBINDINGS, Kube, KubeError, api_client
+from klutch_gitops.kube.client import Kube, KubeError, api_client
+from klutch_gitops.kube.resources import CLUSTER_ROLES, NAMESPACES, ROLE_BINDINGS
 from klutch_gitops.policies import install_policies, load_policies
 from tests.helm import VALUE_SETS, render
 from tests.kit.tenant import Tenant, make_tenant, repository_binding
@@ -167,7 +167,7 @@ def test_the_charts_aggregated_roles_reach_view_and_edit(
     )
     cleanup.append(lambda: admin.delete(NAMESPACES, None, namespace))
     for role in ("view", "edit"):
-        admin.create(ROLEBINDINGS, role_binding_to(namespace, role, f"{role}-person"))
+        admin.create(ROLE_BINDINGS, role_binding_to(namespace, role, f"{role}-person"))
 
     def allowed(user: str, verb: str) -> bool:
         review = client.AuthorizationV1Api(clusters["control-plane"]).create_subject_access_review(

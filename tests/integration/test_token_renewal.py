@@ -22,10 +22,11 @@ from klutch_gitops.apis import (
     BINDER_KUBECONFIG_LABEL,
 )
 from klutch_gitops.config import TokenRenewal
-from klutch_gitops.consumer import FIELD_MANAGER, SERVICE_ACCOUNTS, binder_kubeconfig
+from klutch_gitops.consumer import FIELD_MANAGER, binder_kubeconfig
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import EVENTS, NAMESPACES, SECRETS, Kube, KubeError, api_client
+from klutch_gitops.kube.client import Kube, KubeError, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
+from klutch_gitops.kube.resources import EVENTS, NAMESPACES, SECRETS, SERVICE_ACCOUNTS
 from reconciler.controllers.tokens import INVALID_REASON, TokenRenewer, TokenTimes, token_times
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer

@@ -18,7 +18,8 @@ from bind_api.server import build_server
 from bind_api.unbinding import DELETION_PROTECTION
 from klutch_gitops.apis import API_SERVICE_NAMESPACES
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import NAMESPACES, Kube
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.resources import NAMESPACES
 from reconciler.controllers.namespaces import NamespaceController
 from tests.kit.claims import POSTGRES, claim
 from tests.kit.wait import eventually

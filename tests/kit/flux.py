@@ -36,8 +36,9 @@ from kubernetes import client
 from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.dev.localstack.launcher import Launcher, status_ok
 from klutch_gitops.dev.localstack.processes import Process, free_port
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, Resource
+from klutch_gitops.kube.client import Kube, Resource
 from klutch_gitops.kube.crds import install_crds
+from klutch_gitops.kube.resources import NAMESPACES, SECRETS
 
 VERSION = "v1.9.6"  # tools/bins/{source,kustomize}-controller/go.mod, the Flux 2.9 line
 GIT_REPOSITORIES = Resource("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")

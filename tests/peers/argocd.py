@@ -44,8 +44,9 @@ from kubernetes import client
 from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.dev.localstack.launcher import Launcher, status_ok
 from klutch_gitops.dev.localstack.processes import Process, free_port, port_open
-from klutch_gitops.kube.client import NAMESPACES, Kube, Resource
+from klutch_gitops.kube.client import Kube, Resource
 from klutch_gitops.kube.crds import install_crds
+from klutch_gitops.kube.resources import NAMESPACES
 from tests.gitserver import GitServer
 
 VERSION = "v3.3.7"  # tools/bins/argo-cd/go.mod

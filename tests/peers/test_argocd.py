@@ -17,7 +17,8 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import EVENTS, Kube
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.resources import EVENTS
 from reconciler.sync import objects
 from tests.kit.claims import POSTGRES, claim
 from tests.kit.tenant import Tenant, make_tenant, report_ready

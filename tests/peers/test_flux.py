@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from klutch_gitops.kube.client import EVENTS
+from klutch_gitops.kube.resources import EVENTS
 from reconciler.sync import objects
 from tests.kit.claims import POSTGRES, claim, is_ready
 from tests.kit.flux import FluxPeer, condition

@@ -20,7 +20,8 @@ import yaml
 from kubernetes import config
 
 from klutch_gitops.inspect.claims import row
-from klutch_gitops.kube.client import EVENTS, Kube
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.resources import EVENTS
 from reconciler.sync import objects
 from tests.kit.claims import POSTGRES, claim, ready_status, write_status
 from tests.kit.flux import FluxPeer

@@ -20,14 +20,10 @@ import pytest
 from bind_api.bindings import BINDER_SECRET
 from bind_api.server import build_server
 from klutch_gitops.apis import BINDER, IDENTITY_ANNOTATION
-from klutch_gitops.consumer import (
-    SERVICE_ACCOUNTS,
-    consumer_namespace,
-    identity_of,
-    legacy_consumer_namespace,
-)
+from klutch_gitops.consumer import consumer_namespace, identity_of, legacy_consumer_namespace
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.resources import NAMESPACES, SECRETS, SERVICE_ACCOUNTS
 from klutch_gitops.oidc_client import unverified_claims
 from klutch_gitops.serving import REQUEST_SECONDS
 from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving

@@ -30,8 +30,9 @@ from klutch_gitops.apis import (
     EXPORT_REQUESTS,
 )
 from klutch_gitops.exports import FAILED
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, KubeError, api_client
+from klutch_gitops.kube.client import Kube, KubeError, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
+from klutch_gitops.kube.resources import NAMESPACES, SECRETS
 from reconciler.controllers.export_requests import ExportRequestController
 from reconciler.controllers.namespaces import NamespaceController
 from tests.integration.bindapi import offer, withdraw

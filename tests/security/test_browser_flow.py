@@ -30,7 +30,7 @@ import yaml
 from bind_api.bindings import BINDER_SECRET, unbind
 from bind_api.browser_flow import SESSION_COOKIE
 from bind_api.config import BindApiConfig, BrowserFlow
-from bind_api.ledger import LEASES, SESSION_LABEL
+from bind_api.ledger import SESSION_LABEL
 from bind_api.server import build_server
 from klutch_gitops.apis import TEMPLATES
 from klutch_gitops.authz import ALLOWED_GROUPS_ANNOTATION
@@ -38,8 +38,9 @@ from klutch_gitops.config import SecretRef
 from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
+from klutch_gitops.kube.client import Kube
 from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
+from klutch_gitops.kube.resources import LEASES, NAMESPACES, SECRETS
 from tests.integration.bindapi import serving
 from tests.integration.dexflows import browser
 from tests.integration.test_bind_browser import CliCallback, choices, log_in, start

@@ -32,15 +32,8 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import (
-    CRDS,
-    NAMESPACES,
-    SECRETS,
-    Kube,
-    KubeError,
-    Resource,
-    api_client,
-)
+from klutch_gitops.kube.client import Kube, KubeError, Resource, api_client
+from klutch_gitops.kube.resources import CRDS, NAMESPACES, SECRETS
 from tests.integration.catalogstack import clusterrole_step, conditions
 from tests.kit.tenant import Tenant, make_tenant
 from tests.kit.wait import eventually

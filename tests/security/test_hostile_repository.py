@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from klutch_gitops.kube.client import SECRETS
+from klutch_gitops.kube.resources import SECRETS
 from tests.kit.claims import POSTGRES, claim
 from tests.kit.git import git
 from tests.kit.tenant import WEBHOOK_SECRET, Tenant, make_tenant

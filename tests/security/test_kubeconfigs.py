@@ -29,8 +29,9 @@ from kubernetes import client
 from bind_api.server import build_server
 from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube
+from klutch_gitops.kube.client import Kube
 from klutch_gitops.kube.crds import install_crds, load_crds
+from klutch_gitops.kube.resources import NAMESPACES, SECRETS
 from reconciler.manager import Reconciler
 from tests.gitserver import GitServer
 from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving

@@ -38,12 +38,13 @@ from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.consumer import consumer_namespace
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.checkout import Checkout
-from klutch_gitops.git.credentials import Credentials, git_environment, ssh_command
-from klutch_gitops.git.remote import ls_remote
-from klutch_gitops.kube.client import NAMESPACES, SECRETS, Kube, KubeError
+from klutch_gitops.kube.client import Kube, KubeError
 from klutch_gitops.kube.crds import install_crds, load_crds
+from klutch_gitops.kube.resources import NAMESPACES, SECRETS
 from klutch_gitops.oidc_client import unverified_claims
+from reconciler.git.checkout import Checkout
+from reconciler.git.credentials import Credentials, git_environment, ssh_command
+from reconciler.git.remote import ls_remote
 from reconciler.manager import Reconciler
 from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving
 from tests.kit.claims import POSTGRES, claim

@@ -26,7 +26,8 @@ from kubernetes import client
 
 from bind_api.server import build_server
 from klutch_gitops.dev.localstack.stack import StackInfo
-from klutch_gitops.kube.client import NAMESPACES, Kube
+from klutch_gitops.kube.client import Kube
+from klutch_gitops.kube.resources import NAMESPACES
 from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving
 
 

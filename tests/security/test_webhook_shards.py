@@ -25,7 +25,7 @@ from kubernetes import client
 from klutch_gitops.config import Config, LeaderElection, SecretRef
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
-from reconciler.ha.leader import LEASES
+from klutch_gitops.kube.resources import LEASES
 from reconciler.ha.shards import FETCH_ANNOTATION, shard_lease, shard_of
 from reconciler.manager import Reconciler
 from tests.conftest import TwinNamespace

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from klutch_gitops.kube.client import KubeError, Resource
-from klutch_gitops.manifests import Claim, Export
+from reconciler.manifests import Claim, Export
 from reconciler.sync import objects
 
 Key = tuple[str, str, str]  # (kind, namespace, name)

@@ -25,8 +25,8 @@ import yaml
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from klutch_gitops.manifests import Export, Identity
 from klutch_gitops.yamlsafe import load_documents
+from reconciler.manifests import Export, Identity
 from reconciler.sync.desired import Limits
 
 GROUP = "anynines.com"

@@ -5,7 +5,7 @@ repository's or one outside the App namespaces."""
 
 from __future__ import annotations
 
-from klutch_gitops.manifests import Claim, Export, Identity, Location
+from reconciler.manifests import Claim, Export, Identity, Location
 from reconciler.sync import objects
 from reconciler.sync.adoption import ahead_of_git, fetch_for, live_claims
 from tests.unit.fakeview import FakeView

@@ -11,6 +11,7 @@ import httpx
 import pytest
 import yaml
 
+from klutch_gitops.apis import API_SERVICE_BINDINGS, CONSUMER_LABEL
 from klutch_gitops.bind import client as bind_client
 from klutch_gitops.bind.app_cluster import write_gitops
 from klutch_gitops.bind.cli import bearer_token
@@ -23,7 +24,7 @@ from klutch_gitops.bind.request import (
     repository_body,
 )
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import NAMESPACES, SECRETS
+from klutch_gitops.kube.resources import NAMESPACES, SECRETS
 
 SECRETS_CLAIM = {
     "group": "",
@@ -105,18 +106,18 @@ def test_app_objects_are_namespace_secret_and_accepted_bindings() -> None:
     assert [(r, o["kind"]) for r, o in objects] == [
         (NAMESPACES, "Namespace"),
         (SECRETS, "Secret"),
-        (bind_client.SERVICE_BINDINGS, "APIServiceBinding"),
+        (API_SERVICE_BINDINGS, "APIServiceBinding"),
     ]
     secret, binding = objects[1][1], objects[2][1]
     assert secret["metadata"] == {
         "name": "cluster-x-kubeconfig",
         "namespace": "klutch-bind",
-        "labels": {bind_client.CONSUMER_LABEL: "cluster-x"},
+        "labels": {CONSUMER_LABEL: "cluster-x"},
     }
     assert base64.b64decode(secret["data"]["kubeconfig"]).decode() == "kubeconfig: yes\n"
     assert binding["metadata"]["name"] == API
     assert "namespace" not in binding["metadata"]  # cluster-scoped, as Klutch's
-    assert not bind_client.SERVICE_BINDINGS.namespaced
+    assert not API_SERVICE_BINDINGS.namespaced
     assert binding["spec"]["kubeconfigSecretRef"] == {
         "namespace": "klutch-bind",
         "name": "cluster-x-kubeconfig",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from klutch_gitops.kube.conditions import by_type
-from klutch_gitops.manifests import Identity, Rejection
+from reconciler.manifests import Identity, Rejection
 from reconciler.status import Report, binding_status, invalid_spec_status
 from reconciler.sync.outcome import Failed, Held, PassOutcome, documents
 

@@ -17,8 +17,9 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from klutch_gitops.cli import ExplainingTyper
+from klutch_gitops.cli_errors import explain
 from klutch_gitops.cli_options import LogLevel
-from klutch_gitops.errors import KlutchError, explain, short_reason, yaml_problem
+from klutch_gitops.errors import KlutchError, short_reason, yaml_problem
 from klutch_gitops.kube.client import KubeError, api_client, read_kubeconfig_file
 from klutch_gitops.preflight import (
     ca_file,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from klutch_gitops.manifests import Export, Identity, Location, Rejection
+from reconciler.manifests import Export, Identity, Location, Rejection
 from reconciler.sync import claim_rules
 from reconciler.sync.desired import DesiredState, Limits, load_desired
 

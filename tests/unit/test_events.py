@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from klutch_gitops.kube.client import EVENTS, SECRETS, KubeError, Resource
+from klutch_gitops.kube.client import KubeError, Resource
 from klutch_gitops.kube.events import NORMAL, WARNING, EventRecorder
-from klutch_gitops.manifests import Identity, Rejection
+from klutch_gitops.kube.resources import EVENTS, SECRETS
+from reconciler.manifests import Identity, Rejection
 from reconciler.sync import events
 
 SECRET = {"metadata": {"name": "s", "namespace": "team", "uid": "u-1"}}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.failpoints import DIR_ENV, ENV, Failpoints, parse
+from reconciler.failpoints import DIR_ENV, ENV, Failpoints, parse
 
 
 def test_parse_reads_name_action_terms() -> None:
@@ -57,7 +57,7 @@ def test_pause_writes_its_marker_and_blocks(tmp_path: Path) -> None:
 
 def test_the_environment_is_read_at_import(tmp_path: Path) -> None:
     """A process armed through its environment pauses at the named point until killed."""
-    code = "from klutch_gitops.failpoints import failpoint; failpoint('a'); failpoint('b')"
+    code = "from reconciler.failpoints import failpoint; failpoint('a'); failpoint('b')"
     env = {**os.environ, ENV: "b=pause", DIR_ENV: str(tmp_path)}
     child = subprocess.Popen([sys.executable, "-c", code], env=env)
     try:

@@ -17,8 +17,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from klutch_gitops.manifests import Claim
 from klutch_gitops.yamlsafe import load_documents
+from reconciler.manifests import Claim
 from reconciler.sync.desired import DesiredState, load_desired
 from reconciler.sync.writeback import Mode, ObservedStatus, Summary, render_changes
 from tests.unit.fuzzgen import (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from klutch_gitops.git.checkout import Checkout
+from reconciler.git.checkout import Checkout
 from reconciler.sync.changes import IncrementalLoader
 from reconciler.sync.desired import load_desired
 from tests.unit.test_desired import ALLOWED, EXPORTS, binding, documents, postgres

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from klutch_gitops.kube.client import KubeError
-from klutch_gitops.manifests import Claim, Identity, Location
+from reconciler.manifests import Claim, Identity, Location
 from reconciler.sync.apply import Source, apply_claims
 from reconciler.sync.desired import DesiredState
 from reconciler.sync.observe import observe

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from klutch_gitops.kube.informer import managers
-from klutch_gitops.manifests import Claim, Identity, Location
+from reconciler.manifests import Claim, Identity, Location
 from reconciler.sync import app_crds, objects
 from reconciler.sync.app_status import AppStatusInputs, app_status
 

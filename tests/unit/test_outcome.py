@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from klutch_gitops.kube.conditions import by_type
-from klutch_gitops.manifests import Identity, Rejection
+from reconciler.manifests import Identity, Rejection
 from reconciler.status import Report, binding_status
 from reconciler.sync.outcome import Failed, Foreign, Held, PassOutcome
 from reconciler.sync.report import Summary, render_report

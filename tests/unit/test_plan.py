@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from klutch_gitops.manifests import Claim, Identity, Location, Rejection
+from reconciler.manifests import Claim, Identity, Location, Rejection
 from reconciler.review.plan import (
     ABSENT,
     Action,

@@ -13,8 +13,8 @@ import pytest
 
 from klutch_gitops.catalog import load_examples
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.local import LocalRepository
-from klutch_gitops.git.runner import GitFailed
+from reconciler.git.local import LocalRepository
+from reconciler.git.runner import GitFailed
 from reconciler.review.plan import Action
 from reconciler.review.plan_io import Target, _location, catalog_exports, run_plan
 from reconciler.sync.desired import load_desired

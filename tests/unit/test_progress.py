@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from klutch_gitops.manifests import Export
+from reconciler.manifests import Export
 from reconciler.sync import objects, progress
 from reconciler.sync.desired import DesiredState
 from reconciler.sync.observe import observe

@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from klutch_gitops.config import Config, PlatformSpec, RegistrationSpec, SecretRef, WriteBack
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.conditions import by_type
-from klutch_gitops.manifests import Rejection
 from reconciler import metrics
 from reconciler import registrations as module
+from reconciler.manifests import Rejection
 from reconciler.registration import ConfigEntry, Registration
 from reconciler.registrations import PLATFORM, Registrations
 from reconciler.server import create_app

@@ -10,7 +10,8 @@ import pytest
 
 from klutch_gitops.config import SecretRef
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.kube.client import SECRETS, Kube, Resource
+from klutch_gitops.kube.client import Kube, Resource
+from klutch_gitops.kube.resources import SECRETS
 from klutch_gitops.settings import secret_data, secret_value
 
 

@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from klutch_gitops.config import SecretRef
-from klutch_gitops.kube.client import SECRETS, Kube, Resource
+from klutch_gitops.kube.client import Kube, Resource
 from klutch_gitops.kube.informer import LAST_APPLIED, slim, slim_copy
+from klutch_gitops.kube.resources import SECRETS
 from klutch_gitops.kube.shared import Caches, Route
 from reconciler.sync.connection import SHARED_POOL_CONNECTIONS, Resolver
 from tests.kit.wait import eventually

@@ -7,7 +7,7 @@ import base64
 import yaml
 
 from klutch_gitops.kube.client import KubeError
-from klutch_gitops.manifests import Claim, Export, Identity, Location, Rejection
+from reconciler.manifests import Claim, Export, Identity, Location, Rejection
 from reconciler.sync import konnector, objects
 from reconciler.sync.adoption import adopt
 from reconciler.sync.apply import Source, apply_claims

@@ -18,8 +18,6 @@ import pytest
 import yaml
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.credentials import Credentials, git_environment, ssh_command
-from klutch_gitops.git.runner import fix_for
 from klutch_gitops.repository_config import from_repository_binding
 from klutch_gitops.urls import (
     PLATFORM_TRANSPORTS,
@@ -29,6 +27,8 @@ from klutch_gitops.urls import (
     check_repo_path,
     url_transport,
 )
+from reconciler.git.credentials import Credentials, git_environment, ssh_command
+from reconciler.git.runner import fix_for
 
 CRD = Path(__file__).resolve().parents[2] / "catalog" / "crds"
 CRD_SPEC = yaml.safe_load((CRD / "gitops.klutch.anynines.com_repositorybindings.yaml").read_text())[

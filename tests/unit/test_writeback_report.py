@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import yaml
 
-from klutch_gitops.manifests import Rejection
+from reconciler.manifests import Rejection
 from reconciler.sync.report import Summary, render_report
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

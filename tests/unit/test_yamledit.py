@@ -9,7 +9,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from klutch_gitops.yamledit import load_all, set_status
+from reconciler.yamledit import load_all, set_status
 
 CLAIMS = """\
 # Team database claims

@@ -9,8 +9,8 @@ from typing import IO
 import git
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.credentials import Credentials, git_environment
 from klutch_gitops.urls import check_branch
+from reconciler.git.credentials import Credentials, git_environment
 
 # The deadline of one git command, unless a registration sets its own.
 DEFAULT_TIMEOUT = 120.0

@@ -9,10 +9,10 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Protocol
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.failpoints import failpoint
-from klutch_gitops.git.credentials import Credentials, separate
-from klutch_gitops.git.runner import DEFAULT_TIMEOUT, checked_branch, fix_for, run_git
 from klutch_gitops.urls import check_branch, url_transport
+from reconciler.failpoints import failpoint
+from reconciler.git.credentials import Credentials, separate
+from reconciler.git.runner import DEFAULT_TIMEOUT, checked_branch, fix_for, run_git
 
 # receive-pack's answer when another push updated the branch after ours was advertised
 _MOVED_MEANWHILE = re.compile(r"cannot lock ref '[^']+': is at [0-9a-f]+ but expected [0-9a-f]+")

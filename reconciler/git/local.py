@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.credentials import Credentials
-from klutch_gitops.git.runner import DEFAULT_TIMEOUT, GitFailed, run_git
+from reconciler.git.credentials import Credentials
+from reconciler.git.runner import DEFAULT_TIMEOUT, GitFailed, run_git
 
 _NO_TRANSPORT = ""
 

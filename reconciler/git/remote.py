@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from klutch_gitops.errors import KlutchError
-from klutch_gitops.git.credentials import Credentials, separate
-from klutch_gitops.git.runner import checked_branch, fix_for, run_git
 from klutch_gitops.urls import url_transport
+from reconciler.git.credentials import Credentials, separate
+from reconciler.git.runner import checked_branch, fix_for, run_git
 
 
 def ls_remote(
