@@ -110,7 +110,7 @@ def add_conventions(app: typer.Typer) -> None:
     ``--install-completion`` options, which both CLIs leave out for ``completion SHELL``; the
     script's call back (``_PROG_COMPLETE=complete_bash``) needs them.
     """
-    from typer.completion import completion_init
+    from typer._completion_classes import completion_init  # where typer.completion takes it from
 
     completion_init()
     app.command()(version)
@@ -230,7 +230,7 @@ def _merged_client(paths: list[Path], context: str | None, what: str) -> ApiClie
     files = os.pathsep.join(str(path) for path in paths)
     source = Path(files)
     try:
-        api = config.new_client_from_config(config_file=files, context=context)
+        api: client.ApiClient = config.new_client_from_config(config_file=files, context=context)
     except (config.ConfigException, OSError, ValueError) as error:
         raise KlutchError(f"{what}: {error}", f"fix the kubeconfig files {files}") from None
     try:

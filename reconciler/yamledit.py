@@ -40,7 +40,8 @@ class _Representer(RoundTripRepresenter):
     def represent_str(self, data: str) -> Any:
         if any(c in data for c in "\x85\u2028\u2029"):
             style: str | None = '"'  # the emitter folds these as line breaks in other styles
-        elif _YAML11.resolve(pyyaml.ScalarNode, data, (True, False)) != _STR:
+        # types-PyYAML leaves Resolver.resolve unannotated
+        elif _YAML11.resolve(pyyaml.ScalarNode, data, (True, False)) != _STR:  # type: ignore[no-untyped-call]
             style = "'"
         else:
             style = None
@@ -187,7 +188,7 @@ def _status_span(text: str, layout: _Layout, document: int) -> tuple[int, int]:
 
 
 def _block(status: Any, layout: _Layout, newline: str) -> str:
-    lines = dump({STATUS: status}, layout.indent, layout.offset).split("\n")[:-1]
+    lines = dump({STATUS: status}, layout.indent or 2, layout.offset or 0).split("\n")[:-1]
     return "".join(" " * layout.column + line + newline for line in lines)
 
 

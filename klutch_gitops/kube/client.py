@@ -99,7 +99,9 @@ def api_client(
     if isinstance(kubeconfig, Path):
         parsed = read_kubeconfig_file(kubeconfig, context)
         try:
-            api = config.new_client_from_config(config_file=str(kubeconfig), context=context)
+            api: client.ApiClient = config.new_client_from_config(
+                config_file=str(kubeconfig), context=context
+            )
         except (ConfigException, OSError, ValueError) as error:  # e.g. a missing certificate file
             raise KlutchError(
                 f"kubeconfig {kubeconfig}: {error}"[:500], f"fix the kubeconfig file {kubeconfig}"
@@ -206,6 +208,11 @@ class Kube:
         self.api.rest_client.pool_manager.connection_pool_kw["maxsize"] = connections
         return self
 
+    def _object(self, method: str, path: str, **request: Any) -> dict[str, Any]:
+        """One request whose answer is a JSON object."""
+        found: dict[str, Any] = self._call(method, path, **request)
+        return found
+
     def _call(
         self,
         method: str,
@@ -250,9 +257,9 @@ class Kube:
         data = response.read()
         return json.loads(data) if data else {}
 
-    def get(self, resource: Resource, namespace: str | None, name: str) -> dict | None:
+    def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
         try:
-            return self._call("GET", resource.path(namespace, name))
+            return self._object("GET", resource.path(namespace, name))
         except KubeError as error:
             if error.not_found:
                 return None
@@ -265,13 +272,13 @@ class Kube:
         label_selector: str | None = None,
         *,
         limit: int | None = None,
-        each: Callable[[dict], dict] | None = None,
-    ) -> tuple[list[dict], str]:
+        each: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> tuple[list[dict[str, Any]], str]:
         """The objects and the list's resourceVersion, to start a watch from; ``limit``: in pages
         (client-go's pager), ``each`` applied to one before the next, never all held whole."""
         query = [("labelSelector", label_selector)] if label_selector else []
         query += [("limit", str(limit))] if limit else []
-        items: list[dict] = []
+        items: list[dict[str, Any]] = []
         while True:
             result = self._call("GET", resource.path(namespace), query=query)
             items.extend(map(each or (lambda obj: obj), result.get("items") or []))
@@ -289,13 +296,13 @@ class Kube:
         force: bool = False,
         subresource: str | None = None,
         dry_run: bool = False,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Server-side apply. Without ``force`` a field owned by another manager is a 409."""
         meta = obj["metadata"]
         query = [("fieldManager", field_manager), ("force", "true" if force else "false")]
         if dry_run:
             query.append(("dryRun", "All"))
-        return self._call(
+        return self._object(
             "PATCH",
             resource.path(meta.get("namespace"), meta["name"], subresource),
             query=query,
@@ -310,9 +317,9 @@ class Kube:
         name: str,
         patch: Mapping[str, Any],
         subresource: str | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """A JSON merge patch (for finalizers and status written by a non-owner)."""
-        return self._call(
+        return self._object(
             "PATCH",
             resource.path(namespace, name, subresource),
             body=dict(patch),
@@ -335,13 +342,15 @@ class Kube:
             raise
         return True
 
-    def create(self, resource: Resource, obj: Mapping[str, Any]) -> dict:
-        return self._call("POST", resource.path(obj["metadata"].get("namespace")), body=dict(obj))
+    def create(self, resource: Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
+        return self._object("POST", resource.path(obj["metadata"].get("namespace")), body=dict(obj))
 
-    def replace(self, resource: Resource, obj: Mapping[str, Any]) -> dict:
+    def replace(self, resource: Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
         """An update (PUT): with ``metadata.resourceVersion`` set, a concurrent change is a 409."""
         meta = obj["metadata"]
-        return self._call("PUT", resource.path(meta.get("namespace"), meta["name"]), body=dict(obj))
+        return self._object(
+            "PUT", resource.path(meta.get("namespace"), meta["name"]), body=dict(obj)
+        )
 
     def watch(
         self,
@@ -350,7 +359,7 @@ class Kube:
         resource_version: str,
         label_selector: str | None = None,
         timeout_seconds: int = 300,
-    ) -> Iterator[tuple[str, dict]]:
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
         """Events from ``resource_version`` on; ends when the server closes the watch.
 
         A ``410 Gone`` (history compacted) surfaces as KubeError(410): relist and watch again.

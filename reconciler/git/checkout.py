@@ -6,7 +6,7 @@ import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import IO, Protocol
+from typing import BinaryIO, Protocol
 
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.urls import check_branch, url_transport
@@ -271,7 +271,7 @@ class Checkout:
         return target
 
     def _git(
-        self, *args: str, env: Mapping[str, str] | None = None, stdin: IO[bytes] | None = None
+        self, *args: str, env: Mapping[str, str] | None = None, stdin: BinaryIO | None = None
     ) -> tuple[int, str, str]:
         return run_git(
             list(args),
@@ -284,7 +284,7 @@ class Checkout:
         )
 
     def _run(
-        self, *args: str, env: Mapping[str, str] | None = None, stdin: IO[bytes] | None = None
+        self, *args: str, env: Mapping[str, str] | None = None, stdin: BinaryIO | None = None
     ) -> str:
         status, out, err = self._git(*args, env=env, stdin=stdin)
         if status != 0:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO
+from typing import BinaryIO
 
 import git
 
@@ -24,7 +24,7 @@ def run_git(
     transport: str,
     timeout: float,
     env: Mapping[str, str] | None = None,
-    stdin: IO[bytes] | None = None,
+    stdin: BinaryIO | None = None,
 ) -> tuple[int, str, str]:
     """Run git once: no prompt, no credential helper that could store our secret, one
     transport, a deadline."""
