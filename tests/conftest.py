@@ -3,6 +3,7 @@ tests/chaos ``chaos``, tests/security ``security``.
 
 The real local stack is started once per run, by the first test that asks for it; the integration
 and security tiers share it (each test gets its own namespaces), the chaos tier starts its own.
+Under pytest-xdist "once per run" is once per worker: how the run is split is in tests/workers.py.
 """
 
 from __future__ import annotations
@@ -21,6 +22,19 @@ from kubernetes import client
 from klutch_gitops.dev.localstack.stack import LocalStack, StackInfo
 from tests.gitserver import GitServer, running_git_server
 from tests.stack import admin_clients, running_stack
+from tests.workers import claim_port_block, work_group
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+        claim_port_block()  # a process that runs tests, not the controller of the workers
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if item.config.getoption("dist", "no") == "loadgroup":
+        module = getattr(item, "module", None)
+        group = work_group(item.path, module, item.config.rootpath)
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
