@@ -18,23 +18,24 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes import client
+from xdist.remote import Producer
 
 from klutch_gitops.dev.localstack.stack import LocalStack, StackInfo
 from tests.gitserver import GitServer, running_git_server
 from tests.stack import admin_clients, running_stack
-from tests.workers import claim_port_block, work_group
+from tests.workers import WorkScheduling, claim_port_block
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
-        claim_port_block()  # a process that runs tests, not the controller of the workers
+    # a process that runs tests: a worker (xdist sets its -n to None) or a run with -n 0, not
+    # the controller of the workers
+    if not getattr(config.option, "numprocesses", None):
+        claim_port_block()
 
 
-def pytest_itemcollected(item: pytest.Item) -> None:
-    if item.config.getoption("dist", "no") == "loadgroup":
-        module = getattr(item, "module", None)
-        group = work_group(item.path, module, item.config.rootpath)
-        item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which would return its LoadFileScheduling
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> WorkScheduling | None:
+    return WorkScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 @pytest.fixture(scope="session")

@@ -1,20 +1,26 @@
-"""How a run is split over pytest-xdist workers (pyproject's addopts: ``-n 2 --dist loadgroup``).
+"""How a run is split over pytest-xdist workers (pyproject's addopts: ``-n 2 --dist loadfile``).
 
 Every worker is a pytest session of its own, so session fixtures (the local stack, the Git
 server) are per worker already; what they must not share is a port or a fixed path. Ports: each
 test process claims a block of loopback ports that no other process on the machine holds
 (``claim_port_block``), and ``free_port`` hands out ports of that block only. Work: a test module
 is one unit, so its module fixtures are built once; the modules that share something a worker
-starts once per run are one unit together (``work_group``), so it is started on one worker only.
+starts once per run are one unit together (``work_unit``), so it is started on one worker only.
+(xdist's own ``xdist_group`` mark would say the latter, but it renames node ids in a way pytest 9
+ignores.)
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+from functools import cache
 from pathlib import Path
-from types import ModuleType
 from typing import IO
+
+import pytest
+from xdist.remote import Producer  # type: ignore[import-untyped]  # xdist ships no types
+from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
 
 from klutch_gitops.dev.localstack.processes import PORT_RANGE_VARIABLE, port_dir
 
@@ -29,16 +35,35 @@ OTHER_LINE_STARTERS = ("other_line_stack", "stack_for_line")
 _claimed: list[IO[str]] = []  # the open lock file of this process's block, held until it exits
 
 
-def work_group(path: Path, module: ModuleType | None, root: Path) -> str:
-    """The unit of work a test belongs to: its module, or the group its module shares a
-    per-run resource with."""
-    relative = path.relative_to(root)
-    folder = relative.parts[1] if len(relative.parts) > 2 else ""
-    if folder in SHARED_FOLDERS:
-        return folder
-    if module is not None and any(hasattr(module, name) for name in OTHER_LINE_STARTERS):
+def work_unit(nodeid: str, source: str) -> str:
+    """The unit of work of the test ``nodeid`` in a module whose text is ``source``: the module,
+    or the group its module shares a per-run resource with."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    if len(parts) > 2 and parts[1] in SHARED_FOLDERS:
+        return parts[1]
+    if any(name in source for name in OTHER_LINE_STARTERS):
         return "crossplane-other-line"
-    return relative.with_suffix("").as_posix()
+    return path
+
+
+class WorkScheduling(LoadFileScheduling):  # type: ignore[misc]
+    """``--dist loadfile`` with the units of ``work_unit``."""
+
+    def __init__(self, config: pytest.Config, log: Producer | None = None) -> None:
+        super().__init__(config, log)
+        self.root = config.rootpath
+
+    def _split_scope(self, nodeid: str) -> str:
+        return work_unit(nodeid, _source(self.root / nodeid.split("::", 1)[0]))
+
+
+@cache
+def _source(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:  # not a file: a doctest's or a plugin's item
+        return ""
 
 
 def port_blocks() -> list[str]:

@@ -3,39 +3,28 @@
 from __future__ import annotations
 
 from itertools import pairwise
-from pathlib import Path
-from types import ModuleType
 
-from tests.workers import BLOCK_SIZE, port_blocks, work_group
-
-ROOT = Path("/repo")
-
-
-def module(*names: str) -> ModuleType:
-    made = ModuleType("test_module")
-    for name in names:
-        setattr(made, name, lambda: None)
-    return made
+from tests.workers import BLOCK_SIZE, port_blocks, work_unit
 
 
 def test_a_module_is_its_own_unit() -> None:
-    path = ROOT / "tests" / "integration" / "test_bindings.py"
-    assert work_group(path, module(), ROOT) == "tests/integration/test_bindings"
+    nodeid = "tests/integration/test_bindings.py::test_a[x]"
+    assert work_unit(nodeid, "def test_a(): ...") == "tests/integration/test_bindings.py"
 
 
 def test_the_chaos_tier_and_the_peers_are_one_unit_each() -> None:
     """Their conftests start a stack, Flux and Argo CD once per worker that runs them."""
     for folder in ("chaos", "peers"):
-        paths = [ROOT / "tests" / folder / f"test_{n}.py" for n in ("a", "b")]
-        assert {work_group(path, module(), ROOT) for path in paths} == {folder}
+        nodeids = [f"tests/{folder}/test_{n}.py::test_{n}" for n in ("a", "b")]
+        assert {work_unit(nodeid, "") for nodeid in nodeids} == {folder}
 
 
 def test_the_modules_that_may_start_the_other_crossplane_line_share_a_unit() -> None:
-    groups = {
-        work_group(ROOT / "tests" / "integration" / "test_crossplane.py", module(name), ROOT)
-        for name in ("stack_for_line", "other_line_stack")
+    units = {
+        work_unit(f"tests/integration/{module}.py::test_x", f"from .catalogstack import {name}")
+        for module, name in (("test_catalog", "other_line_stack"), ("test_x", "stack_for_line"))
     }
-    assert groups == {"crossplane-other-line"}
+    assert units == {"crossplane-other-line"}
 
 
 def test_the_port_blocks_do_not_overlap_and_stay_below_the_ephemeral_range() -> None:
