@@ -3,6 +3,7 @@ tests/chaos ``chaos``, tests/security ``security``.
 
 The real local stack is started once per run, by the first test that asks for it; the integration
 and security tiers share it (each test gets its own namespaces), the chaos tier starts its own.
+Under pytest-xdist "once per run" is once per worker: how the run is split is in tests/workers.py.
 """
 
 from __future__ import annotations
@@ -17,10 +18,24 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes import client
+from xdist.remote import Producer
 
 from klutch_gitops.dev.localstack.stack import LocalStack, StackInfo
 from tests.gitserver import GitServer, running_git_server
 from tests.stack import admin_clients, running_stack
+from tests.workers import WorkScheduling, claim_port_block
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # a process that runs tests: a worker (xdist sets its -n to None) or a run with -n 0, not
+    # the controller of the workers
+    if not getattr(config.option, "numprocesses", None):
+        claim_port_block()
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which would return its LoadFileScheduling
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> WorkScheduling | None:
+    return WorkScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -22,10 +24,22 @@ def evaluator() -> Path:
         b"".join((SOURCE / name).read_bytes() for name in ("main.go", "go.mod", "go.sum"))
     ).hexdigest()[:16]
     binary = CACHE / f"fluxcel-{digest}" / "fluxcel"
-    if not binary.exists():
-        subprocess.run(
-            ["go", "build", "-o", str(binary), "."], cwd=SOURCE, check=True, capture_output=True
-        )
+    if not binary.exists():  # built aside and renamed: test workers may build it at once
+        CACHE.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".fluxcel-", dir=CACHE))
+        try:
+            subprocess.run(
+                ["go", "build", "-o", str(staging / "fluxcel"), "."],
+                cwd=SOURCE,
+                check=True,
+                capture_output=True,
+            )
+            staging.rename(binary.parent)
+        except OSError:
+            if not binary.exists():  # not the other builder's win
+                raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return binary
 
 

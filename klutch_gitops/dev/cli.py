@@ -39,20 +39,46 @@ class Output(StrEnum):
 def bins() -> None:
     """Build the stack's Go binaries into the cache (skips what is already there)."""
     started = time.monotonic()
-    with err.status("checking binaries…") as spinner:
+    if out.is_terminal:
+        with err.status("checking binaries…") as spinner:
+            running: list[str] = []  # what is being built, as "name (component)"
 
-        def on_start(component: str, binary: str) -> None:
-            spinner.update(
-                f"building {binary} ({component}) with go build — a cold build of "
-                "kube-apiserver takes several minutes…"
-            )
+            def on_step(step: binaries.Step) -> None:
+                what = f"{step.name} ({step.component})"
+                if step.seconds is None:
+                    running.append(what)
+                else:
+                    running.remove(what)
+                spinner.update(spinner_text(running))
 
-        reports = binaries.build_missing(on_start)
+            reports = binaries.build_missing(on_step)
+    else:  # a log (CI's): a line per step, since a cold build takes half an hour
+        reports = binaries.build_missing(
+            lambda step: out.print(progress_line(step, time.monotonic() - started), markup=False)
+        )
     out.print(f"{'binary':<24} {'version':<36} {'source':<18} build")
     for r in reports:
         took = f"{r.seconds:.0f}s" if r.seconds is not None else "-"
         out.print(f"{r.binary:<24} {r.version:<36} {r.source:<18} {took}")
     out.print(f"binaries ready in {binaries.cache_root()} ({time.monotonic() - started:.0f}s)")
+
+
+def spinner_text(running: list[str]) -> str:
+    """What the spinner says while the steps ``running`` run."""
+    if not running:
+        return "checking binaries…"
+    return (
+        f"building {', '.join(running)} with go build — a cold build of kube-apiserver takes "
+        "several minutes…"
+    )
+
+
+def progress_line(step: binaries.Step, elapsed: float) -> str:
+    """One line of the build's log: when since the start, what, and how long it took."""
+    what = f"{step.name} ({step.component} {step.version})"
+    if step.seconds is None:
+        return f"{elapsed:5.0f}s  start {what}"
+    return f"{elapsed:5.0f}s  done  {what} in {step.seconds:.0f}s"
 
 
 @dev.command()

@@ -3,10 +3,13 @@ from __future__ import annotations
 import json
 import re
 import stat
+import threading
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from klutch_gitops.dev.cli import dev
 from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.errors import KlutchError
 
@@ -311,3 +314,61 @@ def test_a_refused_download_fails_the_build_and_names_it(
     with pytest.raises(KlutchError, match="crossplane modules"):
         binaries.build_missing()
     assert binaries.resolve_all()["crossplane"].path is None
+
+
+def test_two_components_build_at_once_each_after_its_modules(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """etcd's and Dex's builds meet at a barrier, which one builder alone would never pass."""
+    for name in ALL:
+        if name not in ("etcd", "dex"):
+            executable(isolated / "prebuilt" / name)
+    for name in ASSETS:
+        (isolated / "prebuilt" / name).mkdir()
+    monkeypatch.setenv("KLUTCH_BIN_DIR", str(isolated / "prebuilt"))
+    monkeypatch.setattr(binaries, "_check_go", lambda: None)
+    monkeypatch.setattr(binaries, "_run_go", lambda component, name, argv: "")
+    barrier = threading.Barrier(2, timeout=10)
+    monkeypatch.setattr(
+        binaries,
+        "_go_build",
+        lambda component, binary, output: (barrier.wait(), executable(output)),
+    )
+    steps: list[binaries.Step] = []
+    reports = binaries.build_missing(steps.append)
+    assert {r.binary for r in reports if r.source == "built"} == {"etcd", "dex"}
+    for component in ("etcd", "dex"):
+        mine = [(s.name, s.seconds is not None) for s in steps if s.component == component]
+        assert mine == [
+            ("modules", False),
+            ("modules", True),
+            (component, False),
+            (component, True),
+        ]
+
+
+def test_bins_in_a_pipe_prints_a_line_as_each_step_starts_and_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A CI log shows progress (a spinner prints nothing there), then the table."""
+
+    def build_missing(on_step: object) -> list[binaries.BuildReport]:
+        assert callable(on_step)
+        for seconds in (None, 4.2):
+            on_step(binaries.Step("kubernetes", "v1.34.3", "modules", seconds))
+        for seconds in (None, 61.0):
+            on_step(binaries.Step("kubernetes", "v1.34.3", "kubectl", seconds))
+        return [binaries.BuildReport("kubernetes", "v1.34.3", "kubectl", "built", 61.0)]
+
+    monkeypatch.setattr(binaries, "build_missing", build_missing)
+    result = CliRunner().invoke(dev, ["bins"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert [re.sub(r"^ *\d+s  ", "", line) for line in lines[:4]] == [
+        "start modules (kubernetes v1.34.3)",
+        "done  modules (kubernetes v1.34.3) in 4s",
+        "start kubectl (kubernetes v1.34.3)",
+        "done  kubectl (kubernetes v1.34.3) in 61s",
+    ]
+    assert lines[4].split() == ["binary", "version", "source", "build"]
+    assert lines[5].split() == ["kubectl", "v1.34.3", "built", "61s"]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -13,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from klutch_gitops.dev.localstack.processes import (
+    PORT_RANGE_VARIABLE,
     Process,
     free_port,
     kill_from_pid_file,
     port_open,
+    ports_from,
     read_pid,
     write_pid_file,
 )
@@ -111,3 +115,29 @@ def test_wait_until_reports_an_early_exit_with_the_log(tmp_path: Path) -> None:
 
 def test_free_port_is_free() -> None:
     assert not port_open(free_port())
+
+
+def test_a_block_is_walked_once_from_the_cursor_round_to_it() -> None:
+    assert list(ports_from(100, 104, 103)) == [103, 104, 100, 101, 102]
+    assert list(ports_from(100, 104, 105)) == [100, 101, 102, 103, 104]  # past the end: wraps
+
+
+def test_a_port_block_hands_out_each_free_port_in_turn(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two calls never give the same port (the first is not listened on yet), a port something
+    listens on is skipped, and after the last port the block starts over."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        first = probe.getsockname()[1]  # a free port, so most likely its neighbours are too
+    block = range(first, first + 3)
+    monkeypatch.setenv(PORT_RANGE_VARIABLE, f"{block[0]}-{block[-1]}")
+    given = [free_port(), free_port()]
+    assert len(set(given)) == 2
+    assert set(given) <= set(block)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", block[2]))
+        taken.listen()
+        assert free_port() == block[0]  # block[2] is in use
+    assert (tmp_path / "klutch-gitops-ports" / f"{block[0]}-{block[-1]}.next").exists()

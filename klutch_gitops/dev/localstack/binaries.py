@@ -18,10 +18,12 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from klutch_gitops.dev.localstack.components import COMPONENTS, TOOLS_DIR, Component
 from klutch_gitops.errors import KlutchError
@@ -92,14 +94,31 @@ class BuildReport:
     seconds: float | None  # None when nothing was built
 
 
-def build_missing(on_start: Callable[[str, str], None] = lambda c, b: None) -> list[BuildReport]:
+@dataclass(frozen=True)
+class Step:
+    """A step of ``build_missing`` starting (``seconds`` None) or done, for progress output."""
+
+    component: str
+    version: str
+    name: str  # a binary, an asset, or MODULES: the download of the component's modules
+    seconds: float | None = None
+
+
+MODULES = "modules"
+BUILDERS = 2  # components built at once: one links (one core) while the other compiles
+
+
+def build_missing(
+    on_step: Callable[[Step], None] = lambda _: None, builders: int = BUILDERS
+) -> list[BuildReport]:
     """Build every binary that neither an override nor the cache provides.
 
     A component is built into a temporary directory and renamed into the cache only when all of its
     binaries built, so an interrupted build never leaves a half-filled cache entry. A lock keeps two
     concurrent builds (say, two checkouts' test runs) from racing. The modules of every component
     to build are downloaded in the background while the first ones compile: a cold build spends
-    much of its time waiting on the module proxy, and compiling already keeps both cores busy.
+    much of its time waiting on the module proxy. ``builders`` components build at once, each
+    after its download.
     """
     _check_go()
     reports: list[BuildReport] = []
@@ -117,20 +136,52 @@ def build_missing(on_start: Callable[[str, str], None] = lambda c, b: None) -> l
             ]
             if wanted:
                 todo.append((component, wanted))
-        with ThreadPoolExecutor(PREFETCHERS, thread_name_prefix="go-mod-download") as pool:
-            fetched = [pool.submit(_prefetch, component) for component, _ in todo]
+        with (
+            ThreadPoolExecutor(PREFETCHERS, thread_name_prefix="go-mod-download") as downloads,
+            ThreadPoolExecutor(builders, thread_name_prefix="go-build") as pool,
+        ):
+            fetched = [
+                downloads.submit(_step, component, MODULES, on_step, partial(_prefetch, component))
+                for component, _ in todo
+            ]
+            built = [
+                pool.submit(_build_after, download, component, wanted, on_step)
+                for (component, wanted), download in zip(todo, fetched, strict=True)
+            ]
+            pending: list[Future[Any]] = [*built, *fetched]
             try:
-                for (component, wanted), download in zip(todo, fetched, strict=True):
-                    download.result()
-                    reports += _build(component, wanted, on_start)
+                for build in built:
+                    reports += build.result()
             finally:
-                for download in fetched:
-                    download.cancel()  # after a failure, start no further download
+                for future in pending:
+                    future.cancel()  # after a failure, start nothing further
     return reports
 
 
+def _step(
+    component: Component, name: str, on_step: Callable[[Step], None], work: Callable[[], None]
+) -> float:
+    """Run ``work``, telling ``on_step`` when it starts and ends; its seconds."""
+    on_step(Step(component.name, component.version(), name))
+    started = time.monotonic()
+    work()
+    seconds = time.monotonic() - started
+    on_step(Step(component.name, component.version(), name, seconds))
+    return seconds
+
+
+def _build_after(
+    download: Future[float],
+    component: Component,
+    wanted: list[str],
+    on_step: Callable[[Step], None],
+) -> list[BuildReport]:
+    download.result()
+    return _build(component, wanted, on_step)
+
+
 def _build(
-    component: Component, wanted: list[str], on_start: Callable[[str, str], None]
+    component: Component, wanted: list[str], on_step: Callable[[Step], None]
 ) -> list[BuildReport]:
     """Build ``wanted`` of one component into its cache directory, all or nothing."""
     reports = []
@@ -140,15 +191,14 @@ def _build(
         if target.exists():  # keep what of this version is already there
             shutil.copytree(target, staging, dirs_exist_ok=True)
         for name in wanted:
-            on_start(component.name, name)
-            started = time.monotonic()
+            output = staging / name
             if name in component.binaries:
-                _go_build(component, name, staging / name)
+                work = partial(_go_build, component, name, output)
             elif name in component.assets:
-                _copy_asset(component, component.assets[name], staging / name)
+                work = partial(_copy_asset, component, component.assets[name], output)
             else:
-                _copy_trees(component, component.trees[name], staging / name)
-            seconds = time.monotonic() - started
+                work = partial(_copy_trees, component, component.trees[name], output)
+            seconds = _step(component, name, on_step, work)
             reports.append(BuildReport(component.name, component.version(), name, "built", seconds))
         if target.exists():
             shutil.rmtree(target)

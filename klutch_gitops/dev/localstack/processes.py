@@ -9,13 +9,15 @@ started, so a reused pid never gets a stray signal.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,14 +25,57 @@ from klutch_gitops.errors import KlutchError
 
 PR_SET_PDEATHSIG = 1
 STOP_GRACE_SECONDS = 10.0
+# "first-last": a block of ports that free_port hands out from (a test process's own, which its
+# children inherit; tests/workers.py claims it)
+PORT_RANGE_VARIABLE = "KLUTCH_PORT_RANGE"
 
 
 def free_port() -> int:
-    """A loopback port that nothing listens on right now."""
+    """A loopback port that nothing listens on right now: any the kernel picks, or the next
+    free one of the block ``$KLUTCH_PORT_RANGE`` names. The processes sharing a block take turns
+    through a cursor file, so none is given a port that another was just given and is about to
+    listen on (the kernel's pick can be such a port of a parallel test worker)."""
+    block = os.environ.get(PORT_RANGE_VARIABLE)
+    if not block:
+        return _bind(0)
+    first, last = (int(part) for part in block.split("-"))
+    with (port_dir() / f"{block}.next").open("a+") as cursor:
+        fcntl.flock(cursor, fcntl.LOCK_EX)  # released when the file closes
+        cursor.seek(0)
+        for port in ports_from(first, last, int(cursor.read() or first)):
+            try:
+                _bind(port)
+            except OSError:
+                continue  # listened on, or in TIME_WAIT
+            cursor.truncate(0)
+            cursor.write(str(port + 1))
+            return port
+    raise KlutchError(
+        f"no free loopback port left in {PORT_RANGE_VARIABLE}={block}",
+        f"unset {PORT_RANGE_VARIABLE}, or stop what listens there",
+    )
+
+
+def port_dir() -> Path:
+    """Where the port blocks' owner locks and cursors are, shared by every process here."""
+    directory = Path(tempfile.gettempdir()) / "klutch-gitops-ports"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    return directory
+
+
+def ports_from(first: int, last: int, start: int) -> Iterator[int]:
+    """Every port of ``first..last`` once, from ``start`` on and round to it again."""
+    size = last - first + 1
+    offset = (start - first) % size
+    for step in range(size):
+        yield first + (offset + step) % size
+
+
+def _bind(port: int) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        sock.bind(("127.0.0.1", port))
+        port_bound: int = sock.getsockname()[1]
+        return port_bound
 
 
 def port_open(port: int) -> bool:
