@@ -314,7 +314,7 @@ class Registrations:
 
     # -- triggers ---------------------------------------------------------------------------
 
-    def on_binding(self, event: str, obj: dict) -> None:
+    def on_binding(self, event: str, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
         name, origin = registration_name(meta), BindingRef(meta["namespace"], meta["name"])
         if event == "DELETED":
@@ -348,7 +348,7 @@ class Registrations:
             if ref.name == name and (ref.namespace or spec.consumer_namespace) == namespace:
                 self.queue.add((Work.REGISTER, spec.name))
 
-    def on_binder_secret(self, event: str, obj: dict) -> None:
+    def on_binder_secret(self, event: str, obj: dict[str, Any]) -> None:
         """Restart on a changed kubeconfig, whether it comes as an update or, after a broken
         watch, in a relist; the first sighting of a Secret only records it."""
         meta = obj["metadata"]

@@ -23,7 +23,7 @@ from klutch_gitops.models.registration import (
     branch_problem,
     path_problem,
 )
-from klutch_gitops.models.types import Strict, checked
+from klutch_gitops.models.types import Checked, Strict
 from klutch_gitops.urls import TENANT_TRANSPORTS, InvalidRepoURL, url_transport
 
 # The apiserver's pattern: never looser than url_transport for tenants (tests/unit/
@@ -58,26 +58,29 @@ def _tenant_url(value: str) -> tuple[str, str] | None:
     return None
 
 
-TenantURL = checked(_tenant_url, {"maxLength": 2048, "pattern": TENANT_URL_PATTERN})
-TenantBranch = checked(branch_problem, BRANCH_SCHEMA)
-TenantPath = checked(
-    path_problem,
-    {
-        "minLength": 1,
-        "maxLength": 1024,
-        "pattern": r"^[^/\x00-\x1f\x7f\\-][^\x00-\x1f\x7f\\]*$",
-        "x-kubernetes-validations": [
-            {
-                "rule": "!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')",
-                "message": "path must be relative and must not contain '..'",
-            },
-            {
-                "rule": "!self.matches('(^|/)[.]git(/|$)')",
-                "message": "path must not name the .git folder",
-            },
-        ],
-    },
-)
+TenantURL = Annotated[str, Checked(_tenant_url, {"maxLength": 2048, "pattern": TENANT_URL_PATTERN})]
+TenantBranch = Annotated[str, Checked(branch_problem, BRANCH_SCHEMA)]
+TenantPath = Annotated[
+    str,
+    Checked(
+        path_problem,
+        {
+            "minLength": 1,
+            "maxLength": 1024,
+            "pattern": r"^[^/\x00-\x1f\x7f\\-][^\x00-\x1f\x7f\\]*$",
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')",
+                    "message": "path must be relative and must not contain '..'",
+                },
+                {
+                    "rule": "!self.matches('(^|/)[.]git(/|$)')",
+                    "message": "path must not name the .git folder",
+                },
+            ],
+        },
+    ),
+]
 Email = Annotated[str, Field(min_length=1, max_length=256, json_schema_extra={"format": "email"})]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field
 
@@ -21,13 +22,13 @@ from klutch_gitops.models.registration import (
     WriteBackFields,
 )
 from klutch_gitops.models.types import (
+    Checked,
     Duration,
     Listen,
     Name,
     Rule,
     Strict,
     Text,
-    checked,
 )
 from klutch_gitops.urls import PLATFORM_TRANSPORTS, InvalidRepoURL, url_transport
 
@@ -47,7 +48,7 @@ def _url(value: str) -> tuple[str, str] | None:
     return None
 
 
-RepoURL = checked(_url, {"pattern": URL_PATTERN, "maxLength": 2048})
+RepoURL = Annotated[str, Checked(_url, {"pattern": URL_PATTERN, "maxLength": 2048})]
 
 
 class Bot(Strict):

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 from pydantic import AfterValidator, Field, model_validator
 
 from klutch_gitops.config import Bot, GitCredentialsRef, RegistrationSpec, SecretRef, WriteBack
-from klutch_gitops.models.types import Duration, Name, Strict, checked, problem
+from klutch_gitops.models.types import Checked, Duration, Name, Strict, problem
 from klutch_gitops.urls import MAX_BRANCH_LENGTH, MAX_PATH_LENGTH, check_branch, check_repo_path
 
 MAX_APP_NAMESPACES = 256
@@ -53,11 +53,15 @@ def path_problem(value: str) -> tuple[str, str] | None:
     return (f"{value!r} {found}", PATH_FIX) if found else None
 
 
-RegistrationName = checked(
-    _registration_name, {"pattern": REGISTRATION_NAME_PATTERN, "maxLength": 63, "minLength": 1}
-)
-Branch = checked(branch_problem, {"minLength": 1, "maxLength": MAX_BRANCH_LENGTH})
-RepoPath = checked(path_problem, {"minLength": 1, "maxLength": MAX_PATH_LENGTH})
+RegistrationName = Annotated[
+    str,
+    Checked(
+        _registration_name,
+        {"pattern": REGISTRATION_NAME_PATTERN, "maxLength": 63, "minLength": 1},
+    ),
+]
+Branch = Annotated[str, Checked(branch_problem, {"minLength": 1, "maxLength": MAX_BRANCH_LENGTH})]
+RepoPath = Annotated[str, Checked(path_problem, {"minLength": 1, "maxLength": MAX_PATH_LENGTH})]
 
 
 def _distinct(values: list[str]) -> list[str]:

@@ -178,12 +178,6 @@ class Checked(GroupedMetadata):
         return value
 
 
-def checked(check: Callable[[str], tuple[str, str] | None], schema: dict[str, Any]) -> Any:
-    """``Annotated[str, Checked(check, schema)]`` built at run time, which mypy reads as Any:
-    write that ``Annotated`` form instead where the type is to be checked."""
-    return Annotated[str, Checked(check, schema)]
-
-
 def matching(pattern: str, fix: str, *, max_length: int = 253) -> Checked:
     """A string matching ``pattern`` (searched, as JSON Schema does), at most ``max_length``:
     ``Annotated[str, matching(...)]``."""
