@@ -69,7 +69,6 @@ class RegistrationSpec:
     poll_interval: float | None
     suspend: bool
     app_sync: str  # "external": Argo CD or Flux applies to the App Cluster
-    source: str  # "config" or "RepositoryBinding <namespace>/<name>"
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,6 @@ def build_config(data: model.ReconcilerConfig, base: Path) -> runtime.Config:
                 entry.references(base),
                 name=entry.name,
                 consumer_namespace=entry.consumer_namespace,
-                source="config",
             )
             for entry in data.repositories
         ),

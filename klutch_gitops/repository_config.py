@@ -37,7 +37,6 @@ def from_repository_binding(obj: Mapping[str, Any]) -> RegistrationSpec:
         spec.references(namespace),
         name=registration_name(meta),
         consumer_namespace=namespace,
-        source=origin,
         suspend=_suspended(meta),  # the annotation suspends like the field
     )
 

@@ -163,7 +163,6 @@ def registration_spec(
     *,
     name: str,
     consumer_namespace: str,
-    source: str,
     suspend: bool = False,
 ) -> RegistrationSpec:
     """The runtime spec of a validated config entry or RepositoryBinding spec; ``suspend`` adds a
@@ -192,5 +191,4 @@ def registration_spec(
         poll_interval=entry.poll_interval,
         suspend=entry.suspend or suspend,
         app_sync=entry.app_sync,
-        source=source,
     )

@@ -157,7 +157,6 @@ def make_tenant(
         poll_interval=None,
         suspend=False,
         app_sync=app_sync,
-        source="config",
     )
     config = (quick_config if quick else local_config)(stack, tmp_path, repositories=(spec,))
     tenant = Tenant(app, admin, consumer, namespace, remote, clone, config)

@@ -111,7 +111,6 @@ def test_repository_binding_becomes_a_registration() -> None:
     assert spec.credentials.secret.name == "git"
     assert spec.webhook_secret == SecretRef(namespace="cluster-abc", name="hook", key="token")
     assert (spec.write_back.mode, spec.write_back.branch) == ("branch", "status")
-    assert spec.source == "RepositoryBinding cluster-abc/orders"
 
 
 def test_the_documented_example_config_is_valid() -> None:

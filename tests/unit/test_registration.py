@@ -39,7 +39,6 @@ def spec(url: str = "https://git.example.com/t.git") -> RegistrationSpec:
         poll_interval=None,
         suspend=False,
         app_sync="reconciler",
-        source="config",
     )
 
 

@@ -248,7 +248,6 @@ def test_config_registrations_are_shown_not_written(world: tuple[Registrations, 
         poll_interval=None,
         suspend=False,
         app_sync="reconciler",
-        source="config",
     )
     registrations.records["team"] = Registration("team", ConfigEntry(), spec)
     registrations.handle(("register", "team"))

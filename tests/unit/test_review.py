@@ -39,7 +39,6 @@ def spec(name: str, url: str, branch: str = "main", path: str = "claims") -> Reg
         poll_interval=None,
         suspend=False,
         app_sync="reconciler",
-        source="config",
     )
 
 
