@@ -25,9 +25,9 @@ from bench.measure import BenchFailure, Expect, Progress, converge, count, vm_ki
 from bench.replica import IDLE_IMPORTS, Replica, cpu_percent, idle_peak_kib
 from bench.report import Figure
 from bench.stack import Clusters
-from klutch_gitops.config import LEASE_NAME
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.kube.resources import LEASES, NAMESPACES
+from klutch_gitops.models.reconciler import LEASE_NAME
 from reconciler.ha.shards import ROLE_LABEL, shard_lease, shard_of
 from tests.kit.claims import POSTGRES, claim
 from tests.kit.git import clone_as_person, git, remote_head

@@ -19,7 +19,7 @@ from bench.measure import BenchFailure, Expect, Progress, converge, count
 from bench.report import Figure, percentile
 from bench.ssa import concurrent_apply
 from bench.stack import Clusters
-from klutch_gitops.config import Config
+from klutch_gitops.config_file import defaults
 from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.kube.client import Kube
 from klutch_gitops.kube.resources import NAMESPACES
@@ -29,7 +29,7 @@ from tests.kit.git import remote_file, remote_head
 from tests.kit.tenant import Tenant, make_tenant
 from tests.kit.wait import eventually
 
-DEFAULTS = Config(control_plane_kubeconfig=Path())  # the product's defaults, reported as used
+DEFAULTS = defaults()  # the product's defaults, reported as used
 KUBECTL_COLD = "kubectl apply --server-side -f, {n} files, one cluster"
 
 

@@ -2,15 +2,14 @@
 RepositoryBindings: what ``config_file`` and ``repository_config`` read, as frozen values.
 
 Secrets are never values here, only references: a file, an environment variable, or a Secret on
-the Control Plane.
+the Control Plane. The values have no defaults of their own: the models in ``klutch_gitops.models``
+hold them, and ``config_file.defaults`` gives them as runtime values.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-
-LEASE_NAME = "klutch-gitops-reconciler"
 
 
 @dataclass(frozen=True)
@@ -37,8 +36,8 @@ class GitCredentialsRef:
 
 @dataclass(frozen=True)
 class Bot:
-    name: str = "klutch-gitops[bot]"
-    email: str = "klutch-gitops@users.noreply.klutch.example"
+    name: str
+    email: str
 
 
 @dataclass(frozen=True)
@@ -74,18 +73,18 @@ class RegistrationSpec:
 @dataclass(frozen=True)
 class PlatformSpec:
     url: str
-    branch: str = "main"
-    path: str = "."
-    credentials: GitCredentialsRef | None = None
-    webhook_secret: SecretRef | None = None  # verifies push webhooks, as a repository's does
+    branch: str
+    path: str
+    credentials: GitCredentialsRef | None
+    webhook_secret: SecretRef | None  # verifies push webhooks, as a repository's does
 
 
 @dataclass(frozen=True)
 class TokenRenewal:
     """When the reconciler renews the bounded tokens in the bind's binder kubeconfig Secrets."""
 
-    lifetime: float = 24 * 3600.0  # of a renewed token, as long as the bind API's
-    renew_before: float | None = None  # None: once a third of a token's lifetime is left
+    lifetime: float  # of a renewed token
+    renew_before: float | None  # None: once a third of a token's lifetime is left
 
 
 @dataclass(frozen=True)
@@ -94,27 +93,27 @@ class LeaderElection:
     ``shards`` above 0, every replica reconciles the repositories of the shards whose Leases it
     holds (``reconciler/ha/shards.py``) and the leader runs only the cluster-wide controllers."""
 
-    enabled: bool = False
-    namespace: str = ""  # of the Lease on the Control Plane; required when enabled
-    name: str = LEASE_NAME
-    lease_duration: float = 15.0  # how long a standby waits after the leader's last renewal
-    renew_deadline: float = 10.0  # the leader steps down when it could not renew for this long
-    retry_period: float = 2.0  # between attempts to acquire or renew
-    shards: int = 0  # 0: the leader reconciles every repository
+    enabled: bool
+    namespace: str  # of the Lease on the Control Plane; "" unless enabled
+    name: str
+    lease_duration: float  # how long a standby waits after the leader's last renewal
+    renew_deadline: float  # the leader steps down when it could not renew for this long
+    retry_period: float  # between attempts to acquire or renew
+    shards: int  # 0: the leader reconciles every repository
 
 
 @dataclass(frozen=True)
 class Config:
     control_plane_kubeconfig: Path
-    repositories: tuple[RegistrationSpec, ...] = ()
-    platform: PlatformSpec | None = None
-    listen: str = "127.0.0.1:8080"
-    poll_interval: float = 30.0
-    batch_window: float = 2.0
-    workers: int = 4
-    work_dir: Path = Path.home() / ".cache" / "klutch-gitops" / "repos"
-    bot: Bot = field(default_factory=Bot)
-    binder_tokens: TokenRenewal = field(default_factory=TokenRenewal)
-    leader_election: LeaderElection = field(default_factory=LeaderElection)
+    repositories: tuple[RegistrationSpec, ...]
+    platform: PlatformSpec | None
+    listen: str
+    poll_interval: float
+    batch_window: float
+    workers: int
+    work_dir: Path
+    bot: Bot
+    binder_tokens: TokenRenewal
+    leader_election: LeaderElection
     # unlocks the names in /readyz and /metrics (Authorization: Bearer); None: never shown
-    metrics_token: SecretRef | None = None
+    metrics_token: SecretRef | None

@@ -1,5 +1,6 @@
 """The reconciler's config file, validated by ``models.reconciler.ReconcilerConfig`` and built into
-the runtime ``Config``.
+the runtime ``Config``: the one builder, also of the defaults (``defaults``) that tests, the bench
+and the demo start from, so every default is written once, in the models.
 
 Every problem in the file is reported at once, each naming the field path and the fix, so one edit
 fixes them all.
@@ -7,7 +8,10 @@ fixes them all.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 from klutch_gitops import config as runtime
 from klutch_gitops.models import reconciler as model
@@ -48,7 +52,7 @@ def build_config(data: model.ReconcilerConfig, base: Path) -> runtime.Config:
         poll_interval=data.poll_interval,
         batch_window=data.batch_window,
         workers=data.workers,
-        work_dir=resolve(base, data.work_dir) if data.work_dir else runtime.Config.work_dir,
+        work_dir=resolve(base, data.work_dir) if data.work_dir else model.WORK_DIR,
         bot=runtime.Bot(name=data.bot.name, email=data.bot.email),
         binder_tokens=runtime.TokenRenewal(
             lifetime=data.binder_tokens.lifetime, renew_before=data.binder_tokens.renew_before
@@ -74,3 +78,22 @@ def build_platform(platform: model.Platform, base: Path) -> runtime.PlatformSpec
         credentials=platform.credentials.ref(base) if platform.credentials else None,
         webhook_secret=platform.webhook_secret.ref(base) if platform.webhook_secret else None,
     )
+
+
+@cache
+def defaults() -> runtime.Config:
+    """The Config of a file that sets nothing but the Control Plane's kubeconfig (``kubeconfig``):
+    the models' defaults as runtime values, whose parts (``defaults().bot``) stand for them."""
+    minimal = {"controlPlane": {"kubeconfig": "kubeconfig"}}
+    return build_config(model.ReconcilerConfig.model_validate(minimal), Path())
+
+
+def config_from(control_plane_kubeconfig: Path, **fields: Any) -> runtime.Config:
+    """``defaults()`` on another kubeconfig, with ``fields`` (runtime values) in their place."""
+    return replace(defaults(), control_plane_kubeconfig=control_plane_kubeconfig, **fields)
+
+
+def platform_from(url: str, **fields: Any) -> runtime.PlatformSpec:
+    """The platform of a file that sets only its ``url``, with ``fields`` in their place."""
+    platform = model.Platform.model_validate({"url": url})
+    return replace(build_platform(platform, Path()), **fields)

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from klutch_gitops.apis import XRDS
-from klutch_gitops.config import PlatformSpec
+from klutch_gitops.config_file import platform_from
 from klutch_gitops.consumer import bind_consumer, binder_kubeconfig, consumer_namespace
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
@@ -207,7 +207,7 @@ def _write_bind_api_config(info: StackInfo, state: Path) -> tuple[Path, str]:
 def _offer_catalog(admin: Kube, remote: Path, work: Path) -> list[dict[str, Any]]:
     """Apply the platform repository once, as the reconciler will, and wait until Crossplane
     offers the exported claim kinds; their claim CRDs are what the consumer binds."""
-    PlatformSync(PlatformSpec(url=f"file://{remote}"), admin, work, None).sync()
+    PlatformSync(platform_from(f"file://{remote}"), admin, work, None).sync()
     deadline = time.monotonic() + OFFER_TIMEOUT
     while True:
         crds = [admin.get(CRDS, None, f"{plural}.anynines.com") for plural in EXPORTED]

@@ -11,7 +11,6 @@ from typing import Annotated
 
 from pydantic import Field
 
-from klutch_gitops.config import LEASE_NAME
 from klutch_gitops.models.refs import GitCredentials, KubeconfigRef, OwnKubeconfig, SecretSource
 from klutch_gitops.models.registration import (
     Branch,
@@ -36,6 +35,8 @@ TOKEN_REQUEST_MINIMUM = 600.0  # seconds: the shortest token the TokenRequest AP
 MAX_SHARDS = 256  # every replica renews its shard Leases each retry period
 URL_PATTERN = r"^(file://|https://|http://|ssh://|[\w.-]+@[\w.-]+:)"
 URL_FIX = "use a file://, https://, ssh:// or git@host:path URL"
+LEASE_NAME = "klutch-gitops-reconciler"
+WORK_DIR = Path.home() / ".cache" / "klutch-gitops" / "repos"  # the clones', unless workDir says
 
 
 def _url(value: str) -> tuple[str, str] | None:

@@ -9,7 +9,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from klutch_gitops.config import Bot
+from klutch_gitops.config_file import defaults
 from reconciler.git.checkout import Checkout
 from reconciler.sync.writeback import write_back
 from tests.kit.claims import POSTGRES, claim, git_claims, is_ready
@@ -198,7 +198,7 @@ def test_a_push_that_loses_the_race_inside_the_server_is_retried(tmp_path: Path)
         lambda _tree: {"status.yaml": b"phase: Ready\n"},
         "status",
         source,
-        Bot(),
+        defaults().bot,
         sleep=lambda _seconds: None,
     )
 

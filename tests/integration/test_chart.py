@@ -20,7 +20,8 @@ from kubernetes import client
 from bind_api.bindings import BINDER_SECRET, BindingRequest, Repository, bind, unbind
 from klutch_gitops.apis import API_SERVICE_NAMESPACES, EXPORT_REQUESTS, REPOSITORY_BINDINGS
 from klutch_gitops.binder_roles import CLAIMED_SECRETS_ROLE, CONSUMER_ROLE
-from klutch_gitops.config import Config, PlatformSpec, TokenRenewal
+from klutch_gitops.config import TokenRenewal
+from klutch_gitops.config_file import config_from, platform_from
 from klutch_gitops.consumer import PROVIDER_SECRETS
 from klutch_gitops.dev.localstack import binaries
 from klutch_gitops.dev.localstack.processes import free_port
@@ -333,8 +334,8 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
         # The reconciler installs its CRDs, follows the RepositoryBinding, answers the namespace
         # mapping (a Role only a holder of the claim kinds may grant), renews the binder token
         # (due at once with these settings) and reports the binding's status.
-        config = Config(
-            control_plane_kubeconfig=tmp_path / "reconciler" / "kubeconfig",
+        config = config_from(
+            tmp_path / "reconciler" / "kubeconfig",
             listen=f"127.0.0.1:{free_port()}",
             poll_interval=1.0,
             batch_window=0.3,
@@ -409,7 +410,7 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
             {"templates/mongodb.yaml": yaml.safe_dump(template(offered, "mongodbinstances"))},
         )
         platform = PlatformSync(
-            PlatformSpec(url=f"file://{platform_remote}"),
+            platform_from(f"file://{platform_remote}"),
             as_reconciler,
             tmp_path / "platform-checkout",
             None,

@@ -19,7 +19,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 import yaml
 
-from klutch_gitops.config import Bot
+from klutch_gitops.config_file import defaults
 from klutch_gitops.errors import KlutchError
 from reconciler.git.checkout import Checkout
 from reconciler.git.credentials import Credentials
@@ -36,6 +36,7 @@ from reconciler.sync.writeback import (
     write_back,
 )
 
+BOT_AUTHOR = defaults().bot  # the reconciler's own identity
 CLAIMS = """\
 # Databases of the shop team.
 apiVersion: anynines.com/v1
@@ -145,7 +146,7 @@ def test_inline_write_back_keeps_the_file_byte_for_byte(
         observed = [*statuses(), gone]  # a claim deleted meanwhile is skipped
         return render_changes(tree, "apps", Mode.INLINE, observed, summary(source), NOW)
 
-    sha = write_back(checkout, changes, "Update status", source, Bot())
+    sha = write_back(checkout, changes, "Update status", source, BOT_AUTHOR)
 
     assert sha is not None
     assert ls_remote(str(remote), "main") == sha
@@ -175,7 +176,7 @@ def test_inline_write_back_keeps_the_file_byte_for_byte(
     assert (
         render_changes(checkout.root, "apps", Mode.INLINE, statuses(), summary(source), later) == {}
     )
-    assert write_back(checkout, changes, "Update status", source, Bot()) is None
+    assert write_back(checkout, changes, "Update status", source, BOT_AUTHOR) is None
     assert ls_remote(str(remote), "main") == sha
 
     # Status gone: removed again, the person's text is back exactly.
@@ -183,7 +184,7 @@ def test_inline_write_back_keeps_the_file_byte_for_byte(
         gone = [ObservedStatus(s.identity, s.api_version, None) for s in statuses()]
         return render_changes(tree, "apps", Mode.INLINE, gone, summary(source), later)
 
-    assert write_back(checkout, cleared, "Clear status", source, Bot()) is not None
+    assert write_back(checkout, cleared, "Clear status", source, BOT_AUTHOR) is not None
     assert show(remote, "main", "apps/claims.yaml") == CLAIMS
 
 
@@ -200,7 +201,7 @@ def test_files_mode_writes_and_prunes_status_files(
     def changes(tree: Path) -> dict[str, bytes | None]:
         return render_changes(tree, "./apps/", Mode.FILES, statuses(), report, NOW)
 
-    assert write_back(checkout, changes, "Update status", source, Bot()) is not None
+    assert write_back(checkout, changes, "Update status", source, BOT_AUTHOR) is not None
     assert show(remote, "main", "apps/.klutch/status/shop/PostgresqlInstance/orders.yaml") == (
         "# Written by klutch-gitops after each reconcile. Edits here are overwritten.\n"
         "apiVersion: anynines.com/v1\nkind: PostgresqlInstance\n"
@@ -216,7 +217,7 @@ def test_files_mode_writes_and_prunes_status_files(
         return render_changes(tree, "apps", Mode.FILES, statuses()[:1], report, NOW)
 
     assert fewer(checkout.root) == {"apps/.klutch/status/shop/ServiceBinding/orders-app.yaml": None}
-    assert write_back(checkout, fewer, "Prune status", source, Bot()) is not None
+    assert write_back(checkout, fewer, "Prune status", source, BOT_AUTHOR) is not None
     files = git(remote, "ls-tree", "-r", "--name-only", "main").splitlines()
     assert files == [
         "README.md",
@@ -236,7 +237,7 @@ def test_branch_mode_starts_an_orphan_branch(tmp_path: Path, remote: Path, human
     def changes(tree: Path) -> dict[str, bytes | None]:
         return render_changes(tree, "", Mode.BRANCH, statuses(), summary(source), NOW)
 
-    sha = write_back(checkout, changes, "Update status", source, Bot())
+    sha = write_back(checkout, changes, "Update status", source, BOT_AUTHOR)
 
     assert sha is not None
     assert ls_remote(str(remote), "klutch-status") == sha
@@ -251,7 +252,7 @@ def test_branch_mode_starts_an_orphan_branch(tmp_path: Path, remote: Path, human
     again = Checkout.open_or_clone(str(remote), "klutch-status", tmp_path / "status")
     assert again.head == sha
     assert source_commit(again) is None  # nothing but status commits on this branch
-    assert write_back(again, changes, "Update status", source, Bot()) is None
+    assert write_back(again, changes, "Update status", source, BOT_AUTHOR) is None
 
 
 def test_a_human_push_during_write_back_is_kept(
@@ -269,7 +270,7 @@ def test_a_human_push_during_write_back_is_kept(
             pushed.append(human_push(human, "README.md", "shop, edited meanwhile\n"))
         return render_changes(tree, "apps", Mode.INLINE, statuses(), summary(source), NOW)
 
-    sha = write_back(checkout, changes, "Update status", source, Bot(), sleep=slept.append)
+    sha = write_back(checkout, changes, "Update status", source, BOT_AUTHOR, sleep=slept.append)
 
     assert sha is not None
     assert ls_remote(str(remote), "main") == sha
@@ -297,7 +298,7 @@ def test_gives_up_when_the_branch_keeps_moving(
 
     with pytest.raises(KlutchError, match="rejected 3 times"):
         write_back(
-            checkout, changes, "Update status", source, Bot(), attempts=3, sleep=slept.append
+            checkout, changes, "Update status", source, BOT_AUTHOR, attempts=3, sleep=slept.append
         )
 
     assert ls_remote(str(remote), "main") == pushes[-1]
@@ -332,17 +333,17 @@ def test_empty_remote_and_missing_branch(tmp_path: Path, remote: Path) -> None:
     checkout = Checkout.open_or_clone(str(remote), "main", tmp_path / "work")
     assert checkout.head is None
     assert source_commit(checkout) is None
-    assert checkout.commit_files({}, "nothing", Bot()) is None
+    assert checkout.commit_files({}, "nothing", BOT_AUTHOR) is None
 
-    sha = checkout.commit_files({"a/b.txt": b"x\n"}, "First", Bot())
+    sha = checkout.commit_files({"a/b.txt": b"x\n"}, "First", BOT_AUTHOR)
 
     assert sha is not None
     assert checkout.push()
     assert ls_remote(str(remote), "main") == sha
-    assert checkout.commit_files({"a/b.txt": b"x\n"}, "Same", Bot()) is None
-    assert checkout.commit_files({"a/missing.txt": None}, "Delete nothing", Bot()) is None
+    assert checkout.commit_files({"a/b.txt": b"x\n"}, "Same", BOT_AUTHOR) is None
+    assert checkout.commit_files({"a/missing.txt": None}, "Delete nothing", BOT_AUTHOR) is None
     with pytest.raises(ValueError, match="not a repository-relative"):
-        checkout.commit_files({"../escape.txt": b"x"}, "Escape", Bot())
+        checkout.commit_files({"../escape.txt": b"x"}, "Escape", BOT_AUTHOR)
     with pytest.raises(KlutchError):
         ls_remote(str(tmp_path / "nowhere.git"), "main")
 
@@ -357,7 +358,7 @@ def test_refuses_to_write_through_a_symlink(tmp_path: Path, remote: Path, human:
     checkout = Checkout.open_or_clone(str(remote), "main", tmp_path / "work")
 
     with pytest.raises(KlutchError, match="symlink"):
-        checkout.commit_files({".klutch/reconcile.yaml": b"x: 1\n"}, "Status", Bot())
+        checkout.commit_files({".klutch/reconcile.yaml": b"x: 1\n"}, "Status", BOT_AUTHOR)
     assert list(outside.iterdir()) == []
 
 
@@ -445,7 +446,7 @@ def test_credentials_never_reach_config_remotes_commits_or_messages(
         lambda tree: render_changes(tree, "apps", Mode.FILES, statuses(), summary(source), NOW),
         "Status",
         source,
-        Bot(),
+        BOT_AUTHOR,
     )
 
     assert sha is not None
@@ -506,14 +507,14 @@ def test_registrations_note_the_commit_they_reconciled_without_a_commit_on_the_b
     source = git(human, "rev-parse", "HEAD")
     first = Checkout.open_or_clone(str(remote), "main", tmp_path / "first")
     second = Checkout.open_or_clone(str(remote), "main", tmp_path / "second")
-    note_reconciled(first, source, "shop", NOW, Bot())
+    note_reconciled(first, source, "shop", NOW, BOT_AUTHOR)
     # another registration of the same repository adds its entry to the note, keeping ours
-    note_reconciled(second, source, "shop-staging", NOW, Bot(), sleep=lambda _: None)
-    note_reconciled(first, source, "shop", NOW, Bot())  # already noted: nothing pushed
+    note_reconciled(second, source, "shop-staging", NOW, BOT_AUTHOR, sleep=lambda _: None)
+    note_reconciled(first, source, "shop", NOW, BOT_AUTHOR)  # already noted: nothing pushed
     assert ls_remote(str(remote), "main") == source  # no commit on the branch
     note = git(remote, "notes", f"--ref={NOTES_REF}", "show", source)
     assert note == "shop: '2025-01-02T03:04:05Z'\nshop-staging: '2025-01-02T03:04:05Z'"
-    assert git(remote, "log", "-1", "--format=%an", NOTES_REF) == Bot().name
+    assert git(remote, "log", "-1", "--format=%an", NOTES_REF) == BOT_AUTHOR.name
 
 
 RACING_NOTES = """#!/bin/sh
@@ -526,7 +527,7 @@ rm -- "$0"
 def test_a_note_pushed_meanwhile_is_kept(tmp_path: Path, remote: Path, human: Path) -> None:
     source = git(human, "rev-parse", "HEAD")
     note_reconciled(
-        Checkout.open_or_clone(str(remote), "main", tmp_path / "a"), source, "a", NOW, Bot()
+        Checkout.open_or_clone(str(remote), "main", tmp_path / "a"), source, "a", NOW, BOT_AUTHOR
     )
     # Another registration's note, pushed while ours is received: the remote's pre-receive hook
     # moves the notes ref under our push, which is then rejected ("is at X but expected Y").
@@ -538,7 +539,7 @@ def test_a_note_pushed_meanwhile_is_kept(tmp_path: Path, remote: Path, human: Pa
     hook.chmod(0o755)
     slept: list[float] = []
     second = Checkout.open_or_clone(str(remote), "main", tmp_path / "b")
-    note_reconciled(second, source, "b", NOW, Bot(), sleep=slept.append)
+    note_reconciled(second, source, "b", NOW, BOT_AUTHOR, sleep=slept.append)
     assert len(slept) == 1  # rejected once, then added to the note pushed meanwhile
     note = yaml.safe_load(git(remote, "notes", f"--ref={NOTES_REF}", "show", source))
     assert sorted(note) == ["a", "b", "c"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,7 +16,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from klutch_gitops.config import Config, LeaderElection
+from klutch_gitops.config import LeaderElection
+from klutch_gitops.config_file import config_from, defaults
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.kube.client import Kube
@@ -53,7 +55,8 @@ class Candidate:
 
 
 def settings(namespace: str) -> LeaderElection:
-    return LeaderElection(
+    return replace(
+        defaults().leader_election,
         enabled=True,
         namespace=namespace,
         name=f"lease-{uuid.uuid4().hex[:6]}",
@@ -134,8 +137,8 @@ def test_only_the_leading_reconciler_works_and_a_standby_is_not_ready(
     exits: dict[str, list[int]] = {"a": [], "b": []}
     reconcilers = {
         name: Reconciler(
-            Config(
-                control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
+            config_from(
+                Path(stack.clusters["control-plane"].kubeconfig),
                 listen=f"127.0.0.1:{free_port()}",
                 work_dir=tmp_path / name,
                 leader_election=election,
@@ -207,7 +210,8 @@ def chart_identity(
     assert applied.returncode == 0, applied.stderr
     config_map = by_component(docs, "ConfigMap", "reconciler")
     config = yaml.safe_load(config_map["data"]["reconciler.yaml"])["leaderElection"]
-    election = LeaderElection(
+    election = replace(
+        defaults().leader_election,
         enabled=True,
         namespace=config["namespace"],
         name=config["name"],

@@ -20,6 +20,7 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.config import GitCredentialsRef, PlatformSpec, SecretRef
+from klutch_gitops.config_file import platform_from
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.kube.client import Kube, Resource
 from reconciler.manager import Reconciler
@@ -81,8 +82,8 @@ def private_platform(tmp_path: Path, cleanup: list, namespace: str) -> tuple[Pla
     push(clone, {"templates/first.yaml": template("first", namespace)}, "offer first")
     (tmp_path / "password").write_text(PASSWORD)
     (tmp_path / "hook").write_text(HOOK_SECRET)
-    spec = PlatformSpec(
-        url=f"{serve_private(served, cleanup)}/{remote.name}",
+    spec = platform_from(
+        f"{serve_private(served, cleanup)}/{remote.name}",
         credentials=GitCredentialsRef(
             username="bot", password=SecretRef(file=tmp_path / "password")
         ),

@@ -20,8 +20,8 @@ import yaml
 from kubernetes import client
 
 from klutch_gitops.apis import REPOSITORY_BINDINGS
-from klutch_gitops.config import Config, PlatformSpec
-from klutch_gitops.config_file import load_config
+from klutch_gitops.config import Config
+from klutch_gitops.config_file import config_from, load_config, platform_from
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.kube.client import Kube, KubeError, Resource
@@ -427,9 +427,9 @@ def test_platform_repository_applies_templates_and_prunes(
     push(clone, {"templates/apis.yaml": platform_file(namespace, suffix)}, "offer two APIs")
 
     start(
-        Config(
-            control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
-            platform=PlatformSpec(url=f"file://{remote}"),
+        config_from(
+            Path(stack.clusters["control-plane"].kubeconfig),
+            platform=platform_from(f"file://{remote}"),
             poll_interval=1.0,
             workers=2,
             work_dir=tmp_path / "work",
@@ -446,7 +446,7 @@ def test_platform_repository_applies_templates_and_prunes(
             f"the {group} template on the Control Plane",
         )
         assert live["metadata"]["labels"][PLATFORM_LABEL] == source_id(
-            PlatformSpec(url=f"file://{remote}")
+            platform_from(f"file://{remote}")
         )
     assert admin.get(CONFIG_MAPS, namespace, f"not-platform-{suffix}") is None
 

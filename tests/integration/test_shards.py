@@ -22,7 +22,8 @@ import yaml
 from kubernetes import client
 
 from bind_api.bindings import BINDER_SECRET
-from klutch_gitops.config import Config, LeaderElection, RegistrationSpec, SecretRef
+from klutch_gitops.config import LeaderElection, RegistrationSpec, SecretRef
+from klutch_gitops.config_file import config_from, defaults
 from klutch_gitops.consumer import binder_kubeconfig
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
@@ -43,7 +44,8 @@ LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 3.0, 2.0, 0.2
 
 
 def sharded(namespace: str) -> LeaderElection:
-    return LeaderElection(
+    return replace(
+        defaults().leader_election,
         enabled=True,
         namespace=namespace,
         name=f"shards-{uuid.uuid4().hex[:6]}",
@@ -74,8 +76,8 @@ class Replicas:
     def start(self, name: str) -> Reconciler:
         self.exits[name] = []
         replica = Reconciler(
-            Config(
-                control_plane_kubeconfig=Path(self.stack.clusters["control-plane"].kubeconfig),
+            config_from(
+                Path(self.stack.clusters["control-plane"].kubeconfig),
                 repositories=self.repositories,
                 listen=f"127.0.0.1:{free_port()}",
                 poll_interval=3600.0,  # pushes arrive by file watching and webhooks only

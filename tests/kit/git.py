@@ -8,10 +8,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from klutch_gitops.config import Bot
+from klutch_gitops.config_file import defaults
 
 PERSON = ("Human Developer", "human@example.com")  # the author of a person's commits
-BOT = Bot().name
+BOT = defaults().bot.name
 
 
 def git(cwd: Path, *args: str) -> str:

@@ -18,6 +18,7 @@ from kubernetes import client
 
 from klutch_gitops.apis import REPOSITORY_BINDINGS, mapped_namespace
 from klutch_gitops.config import Config, GitCredentialsRef, RegistrationSpec, SecretRef, WriteBack
+from klutch_gitops.config_file import config_from
 from klutch_gitops.consumer import bind_consumer, binder_kubeconfig
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
@@ -181,13 +182,9 @@ def local_config(stack: StackInfo, tmp_path: Path, **fields: Any) -> Config:
     """A reconciler config on the stack: its Control Plane as admin, a free loopback port, a
     work directory in ``tmp_path``, the product's defaults otherwise; ``fields`` add or
     override."""
-    return Config(
-        **{
-            "control_plane_kubeconfig": Path(stack.clusters["control-plane"].kubeconfig),
-            "listen": f"127.0.0.1:{free_port()}",
-            "work_dir": tmp_path / "work",
-            **fields,
-        }
+    return config_from(
+        Path(stack.clusters["control-plane"].kubeconfig),
+        **{"listen": f"127.0.0.1:{free_port()}", "work_dir": tmp_path / "work", **fields},
     )
 
 

@@ -22,7 +22,8 @@ import httpx
 import pytest
 from kubernetes import client
 
-from klutch_gitops.config import Config, LeaderElection, SecretRef
+from klutch_gitops.config import LeaderElection, SecretRef
+from klutch_gitops.config_file import config_from, defaults
 from klutch_gitops.dev.localstack.processes import free_port
 from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.kube.resources import LEASES
@@ -75,7 +76,8 @@ def fleet(
         (home / "own-webhook").write_bytes(secret)
         spec = tenants[who].config.repositories[0]
         specs.append(replace(spec, webhook_secret=SecretRef(file=home / "own-webhook")))
-    election = LeaderElection(
+    election = replace(
+        defaults().leader_election,
         enabled=True,
         namespace=namespace.name,
         name=f"hooks-{uuid.uuid4().hex[:6]}",
@@ -86,8 +88,8 @@ def fleet(
     )
     replicas = {}
     for name in ("r1", "r2"):
-        config = Config(
-            control_plane_kubeconfig=Path(stack.clusters["control-plane"].kubeconfig),
+        config = config_from(
+            Path(stack.clusters["control-plane"].kubeconfig),
             repositories=tuple(specs),
             listen=f"127.0.0.1:{free_port()}",
             poll_interval=3600.0,

@@ -119,7 +119,9 @@ def test_the_documented_example_config_is_valid() -> None:
     assert [r.name for r in config.repositories] == ["team-a", "team-b"]
     assert config.platform is not None
     assert config.platform.webhook_secret == SecretRef(env="PLATFORM_WEBHOOK_SECRET")
-    assert config.leader_election == LeaderElection(namespace="klutch-system")
+    assert config.leader_election == LeaderElection(
+        False, "klutch-system", "klutch-gitops-reconciler", 15.0, 10.0, 2.0, 0
+    )
 
 
 def test_app_sync_is_read_and_checked(tmp_path: Path) -> None:
@@ -192,10 +194,12 @@ def test_a_repository_binding_reads_secrets_of_its_own_namespace_only() -> None:
 
 
 def test_leader_election_is_off_by_default_and_checked(tmp_path: Path) -> None:
-    assert parse_config(GOOD, "c.yaml", tmp_path).leader_election == LeaderElection()
+    assert parse_config(GOOD, "c.yaml", tmp_path).leader_election == LeaderElection(
+        False, "", "klutch-gitops-reconciler", 15.0, 10.0, 2.0, 0
+    )
     on = GOOD + "leaderElection: {enabled: true, namespace: klutch, retryPeriod: 500ms}\n"
     assert parse_config(on, "c.yaml", tmp_path).leader_election == LeaderElection(
-        enabled=True, namespace="klutch", retry_period=0.5
+        True, "klutch", "klutch-gitops-reconciler", 15.0, 10.0, 0.5, 0
     )
     bad = GOOD + (
         "leaderElection:\n"
@@ -240,4 +244,4 @@ def test_repositories_must_be_a_list_and_the_platform_needs_a_url(tmp_path: Path
     platform = parse_config(
         "controlPlane: {kubeconfig: a}\nplatform: {url: https://git.example/p}\n", "c", tmp_path
     ).platform
-    assert platform == PlatformSpec(url="https://git.example/p")
+    assert platform == PlatformSpec("https://git.example/p", "main", ".", None, None)

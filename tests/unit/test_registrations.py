@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from klutch_gitops.config import Config, PlatformSpec, RegistrationSpec, SecretRef, WriteBack
+from klutch_gitops.config import PlatformSpec, RegistrationSpec, SecretRef, WriteBack
+from klutch_gitops.config_file import config_from, platform_from
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.conditions import by_type
 from reconciler import metrics
@@ -122,7 +123,7 @@ def world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[Registration
     monkeypatch.setattr(module, "Sync", lambda connection, *_args: FakeSync(connection))
     monkeypatch.setattr(module, "PlatformSync", lambda spec, *_args: FakePlatform(spec))
     kube = FakeKube()
-    config = Config(control_plane_kubeconfig=tmp_path / "kubeconfig", work_dir=tmp_path)
+    config = config_from(tmp_path / "kubeconfig", work_dir=tmp_path)
     registrations = Registrations(
         config,
         kube,  # type: ignore[arg-type]
@@ -282,7 +283,7 @@ def test_the_platform_is_registered_under_its_own_key(
     world: tuple[Registrations, FakeKube],
 ) -> None:
     registrations, _ = world
-    registrations.start_platform(PlatformSpec(url="https://git.example.com/platform.git"))
+    registrations.start_platform(platform_from("https://git.example.com/platform.git"))
     assert queued(registrations) == [("platform", PLATFORM)]
     assert registrations.platform is not None
     registrations.source_changed(PLATFORM)

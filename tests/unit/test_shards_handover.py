@@ -7,12 +7,13 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from klutch_gitops.config import LeaderElection
+from klutch_gitops.config_file import defaults
 from klutch_gitops.kube.workqueue import WorkQueue
 from reconciler.ha.handover import Lanes, TakeOver, pending, status_commits
 from reconciler.ha.leader import format_time
@@ -160,7 +161,7 @@ class FakeLeases:
 
 
 def test_a_shard_taker_reads_the_record_and_keeps_it_until_it_passed_itself() -> None:
-    settings = LeaderElection(enabled=True, namespace="ns", name="g", shards=1)
+    settings = replace(defaults().leader_election, enabled=True, namespace="ns", name="g", shards=1)
     kube = FakeLeases()
     long_ago = format_time(datetime.now(UTC) - timedelta(minutes=5))
     kube.create(

@@ -16,7 +16,7 @@ from joserfc.jwk import OctKey
 from kubernetes import client
 
 from klutch_gitops.config import TokenRenewal
-from klutch_gitops.config_file import parse_config
+from klutch_gitops.config_file import defaults, parse_config
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.client import Kube, Resource
 from reconciler.controllers import tokens
@@ -165,7 +165,7 @@ def test_a_fresh_token_is_checked_again_when_due_not_renewed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = time.time()
-    controller, _ = renewer(TokenRenewal(), with_token(token(iat=now, exp=now + DAY)))
+    controller, _ = renewer(defaults().binder_tokens, with_token(token(iat=now, exp=now + DAY)))
     monkeypatch.setattr(tokens, "binder_token", lambda *_: pytest.fail("renewed too early"))
     scheduled: list[float] = []
     monkeypatch.setattr(controller.queue, "add_after", lambda _key, delay: scheduled.append(delay))
@@ -183,7 +183,7 @@ def test_a_token_capped_below_the_threshold_is_not_written(monkeypatch: pytest.M
 
 def test_a_broken_secret_is_reported_once_per_version(caplog: pytest.LogCaptureFixture) -> None:
     broken = secret({"kubeconfig": f"users: [{MARKER}"})
-    controller, admin = renewer(TokenRenewal(), broken)
+    controller, admin = renewer(defaults().binder_tokens, broken)
     with caplog.at_level(logging.WARNING, logger="reconciler.controllers.tokens"):
         controller.check(KEY)
         controller.check(KEY)
