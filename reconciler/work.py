@@ -14,5 +14,9 @@ class Work(StrEnum):
     WRITEBACK = "writeback"  # a status commit
     PLATFORM = "platform"  # a pass of the platform repository
 
+    def __repr__(self) -> str:
+        """The word alone: a key logs as ``('writeback', 'team-a')``, as it did as a string."""
+        return repr(self.value)
+
 
 Key = tuple[Work, str]  # (kind, registration name)
