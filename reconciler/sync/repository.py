@@ -143,10 +143,10 @@ class Sync:
                     view, desired.claims, self.name, spec.app_namespaces, spec.path
                 )
                 problems += refused
-            mirrored, refused = konnector.refuse_foreign(
+            mirrored, foreign = konnector.refuse_foreign(
                 desired.claims, mirrored, self.conflicts, lambda c: view.export_of(c).name
             )
-            problems += refused
+            problems += foreign
             source = Source(self.name, spec.path, head, self.external)
             planned = self._in_sync.to_plan(view, mirrored, source, exports_version(raw_exports))
             refused_applies = apply_claims(view, planned, source)
