@@ -241,9 +241,9 @@ PARTS = {
     "local kit": ("klutch_gitops.dev",),
     "local backend": ("klutch_local",),
 }
-# Used by one part (the reconciler's registrations, the `run` command), kept in the base while
-# the one registration schema (issue 28) reshaped them: remove an entry when its module moves.
-SINGLE_USE = {"klutch_gitops.config_file", "klutch_gitops.repository_config"}
+# Used by one part (the reconciler's registrations), kept in the base while the one registration
+# schema (issue 28) reshaped it: remove an entry when its module moves.
+SINGLE_USE = {"klutch_gitops.repository_config"}
 
 
 def part_of(module: str) -> str | None:
