@@ -121,20 +121,27 @@ def cleanup() -> Iterator[list[Callable[[], Any]]]:
 # runtimes-test`): they need what CI and these machines lack (a Docker daemon) or minutes the
 # default tier keeps for promises no other test covers. Left out, not skipped.
 OPT_IN_TIERS = ("kind", "runtimes")
+TIERS = ("unit", "integration", "chaos", "security", *OPT_IN_TIERS)
+TESTS = Path(__file__).resolve().parent
+
+
+def tier_of(path: Path, tests: Path = TESTS) -> str | None:
+    """The tier of a test file: its first folder under ``tests``, however deep the file sits
+    (tests/unit mirrors the code in sub-folders); None for a folder that is no tier (peers)."""
+    path = path.resolve()
+    if not path.is_relative_to(tests):
+        return None
+    folders = path.relative_to(tests).parts[:-1]
+    return folders[0] if folders and folders[0] in TIERS else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        tier = Path(item.fspath).parent.name
-        if tier in ("unit", "integration", "chaos", "security", *OPT_IN_TIERS):
+    tiers = {item: tier_of(item.path) for item in items}
+    for item, tier in tiers.items():
+        if tier is not None:
             item.add_marker(getattr(pytest.mark, tier))
     asked = config.option.markexpr or ""
-    left_out = [
-        item
-        for item in items
-        if Path(item.fspath).parent.name in OPT_IN_TIERS
-        and Path(item.fspath).parent.name not in asked
-    ]
+    left_out = [item for item, tier in tiers.items() if tier in OPT_IN_TIERS and tier not in asked]
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = [item for item in items if item not in left_out]
