@@ -1,9 +1,10 @@
 """The clusters as a sync pass sees them: the informer caches and the client calls its stages make.
 
 Every stage reads and writes the App Cluster and the Control Plane only through a ``View``, so each
-stage is unit-tested against an in-memory fake (tests/unit/test_sync_stages.py), in the style of
-kube-bind's ``*_reconcile.go``. ``ClusterView`` is the real one: the registration's two clients and
-the informers that keep a pass cheap (cluster state from caches, only differences written).
+stage is unit-tested against an in-memory fake (tests/unit/reconciler/sync/test_sync_stages.py), in
+the style of kube-bind's ``*_reconcile.go``. ``ClusterView`` is the real one: the registration's two
+clients and the informers that keep a pass cheap (cluster state from caches, only differences
+written).
 """
 
 from __future__ import annotations

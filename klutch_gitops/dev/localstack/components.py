@@ -106,7 +106,8 @@ COMPONENTS = (
     ),
     # helm lints and renders charts/ in the tests. Besides its version, helm's release build stamps
     # the Kubernetes version `helm template` and `helm lint` assume without a cluster, from the
-    # k8s.io/client-go it requires (v0.37 -> 1.37; tests/unit/test_binaries.py keeps them equal).
+    # k8s.io/client-go it requires (v0.37 -> 1.37; tests/unit/dev/localstack/test_binaries.py keeps
+    # them equal).
     Component(
         "helm",
         "helm.sh/helm/v3",
