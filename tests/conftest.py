@@ -21,6 +21,7 @@ from kubernetes import client
 from xdist.remote import Producer
 
 from klutch_gitops.dev.localstack.stack import LocalStack, StackInfo
+from tests.env import Env
 from tests.gitserver import GitServer, running_git_server
 from tests.stack import admin_clients, running_stack
 from tests.workers import WorkScheduling, claim_port_block
@@ -145,3 +146,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = [item for item in items if item not in left_out]
+
+
+@pytest.fixture
+def env(
+    stack: StackInfo,
+    clusters: dict[str, client.ApiClient],
+    tmp_path: Path,
+    cleanup: list[Callable[[], Any]],
+    request: pytest.FixtureRequest,
+) -> Env:
+    """An integration test's stack, clusters, directory, undo list and Git server in one
+    (tests/env.py)."""
+    return Env(stack, clusters, tmp_path, cleanup, request)

@@ -33,8 +33,9 @@ from klutch_gitops.kube.client import Kube, KubeError, Resource, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds
 from klutch_gitops.kube.resources import CRDS, NAMESPACES, ROLE_BINDINGS, SECRETS
 from reconciler.sync.konnector import State
+from tests.env import Env
 from tests.kit.claims import POSTGRES, claim, is_ready, ready_status, write_status
-from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.tenant import Tenant
 from tests.kit.wait import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,18 +114,18 @@ def forbidden(call: Callable[[], Any]) -> bool:
 
 
 @pytest.fixture
-def tenant(stack, clusters, tmp_path: Path, cleanup, request: pytest.FixtureRequest) -> Tenant:
+def tenant(env: Env, request: pytest.FixtureRequest) -> Tenant:
     """A tenant whose registration reaches the App Cluster only as the roles' ServiceAccount;
     ``appSync`` as the test's parameter says (default ``reconciler``)."""
-    install_crds(clusters["app"], load_crds(cluster="app"))  # APIServiceBinding: watched too
+    install_crds(env.clusters["app"], load_crds(cluster="app"))  # APIServiceBinding: watched too
     app_sync = getattr(request, "param", "reconciler")
-    world = make_tenant(stack, clusters, tmp_path, start=False, app_sync=app_sync)
-    kubeconfig = documented_setup(stack, world.namespace, tmp_path / "docs", cleanup)
+    world = env.tenant(start=False, app_sync=app_sync)
+    kubeconfig = documented_setup(env.stack, world.namespace, env.tmp_path / "docs", env.cleanup)
     api_client(kubeconfig.read_text())  # also the strict shape a RepositoryBinding Secret needs
     spec = replace(world.spec, app_kubeconfig=replace(world.spec.app_kubeconfig, file=kubeconfig))
     world = replace(world, config=replace(world.config, repositories=(spec,)))
     world.reconciler.start()
-    cleanup.append(world.reconciler.stop)
+    env.cleanup.append(world.reconciler.stop)
     return world
 
 

@@ -25,10 +25,9 @@ from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.kube.client import Kube
 from klutch_gitops.kube.resources import CLUSTER_ROLES, NAMESPACES, SECRETS
 from reconciler.manager import Reconciler
-from tests.gitserver import GitServer
+from tests.env import Env
 from tests.kit.claims import POSTGRES, claim
 from tests.kit.git import git
-from tests.kit.tenant import quick_config
 from tests.kit.wait import eventually
 
 from .bindapi import API, bind_api_config, cli, dev_id_token, offered_api, serving, token_args
@@ -166,26 +165,21 @@ def test_bind_status_unbind(
 
 
 def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
-    bind_url: str,
-    id_token: str,
-    stack: StackInfo,
-    clusters,
-    tmp_path: Path,
-    git_server: GitServer,
+    bind_url: str, id_token: str, env: Env
 ) -> None:
-    app, control_plane = Kube(clusters["app"]), Kube(clusters["control-plane"])
-    kubeconfig = stack.clusters["app"].kubeconfig
+    app, control_plane = Kube(env.clusters["app"]), Kube(env.clusters["control-plane"])
+    kubeconfig = env.stack.clusters["app"].kubeconfig
     team = f"team-{uuid.uuid4().hex[:6]}"
     app.create(NAMESPACES, {"metadata": {"name": team}})
-    remote = bare_repo(tmp_path, {"README.md": "team claims\n"}, git_server.root)
-    url = git_server.url_of(remote)
-    password_file = tmp_path / "git-password"
+    remote = bare_repo(env.tmp_path, {"README.md": "team claims\n"}, env.git_server.root)
+    url = env.git_server.url_of(remote)
+    password_file = env.tmp_path / "git-password"
     password_file.write_text(f"git-{uuid.uuid4().hex}\n")
-    common = [*token_args(tmp_path, id_token), "--kubeconfig", kubeconfig]
-    reconciler = Reconciler(quick_config(stack, tmp_path)).start(serve_http=False)
+    common = [*token_args(env.tmp_path, id_token), "--kubeconfig", kubeconfig]
+    reconciler = Reconciler(env.config()).start(serve_http=False)
     try:
         bound = cli(
-            tmp_path,
+            env.tmp_path,
             "bind", bind_url, "--api", API, "--cluster-id", f"repo-{uuid.uuid4().hex[:6]}",
             "--repo", url, "--branch", "main", "--path", "claims",
             "--namespace", team, "--git-username", "bot", "--git-password-file", str(password_file),
@@ -219,7 +213,7 @@ def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
         eventually(
             lambda: f"{consumer}.{name}" in reconciler.syncs, "the reconciler to follow the binding"
         )
-        clone = tmp_path / "human"
+        clone = env.tmp_path / "human"
         (clone / "claims").mkdir()
         (clone / "claims" / "orders.yaml").write_text(claim("orders", team))
         git(clone, "add", "-A")
@@ -239,7 +233,9 @@ def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
             "the RepositoryBinding to report Ready at (or after) the pushed commit",
         )
 
-        listed = cli(tmp_path, "status", bind_url, *token_args(tmp_path, id_token), "-o", "json")
+        listed = cli(
+            env.tmp_path, "status", bind_url, *token_args(env.tmp_path, id_token), "-o", "json"
+        )
         assert listed.returncode == 0, listed.stderr
         (mine,) = [
             b for b in json.loads(listed.stdout)["bindings"] if b["consumerNamespace"] == consumer
@@ -250,12 +246,12 @@ def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
         assert shown["metadata"]["namespace"] == consumer  # the tenant's own, with its status
         assert "managedFields" not in shown["metadata"]
         assert _reported(shown, remote, head)
-        table = cli(tmp_path, "status", bind_url, *token_args(tmp_path, id_token)).stdout
+        table = cli(env.tmp_path, "status", bind_url, *token_args(env.tmp_path, id_token)).stdout
         rows = [line.split() for line in table.splitlines() if line.startswith(consumer)]
         # below the bindings, the RepositoryBindings as `klutch-gitops get -A`: NAMESPACE NAME READY
         assert [name, "True"] in [row[1:3] for row in rows], table
 
-        gone = cli(tmp_path, "unbind", bind_url, consumer, "--yes", *common)
+        gone = cli(env.tmp_path, "unbind", bind_url, consumer, "--yes", *common)
         assert gone.returncode == 0, gone.stderr
         assert f"unbound {consumer}" in gone.stdout
         assert control_plane.get(REPOSITORY_BINDINGS, consumer, name) is None
@@ -267,7 +263,7 @@ def test_bind_a_repository_that_the_reconciler_follows_until_unbound(
         )
         assert (
             consumer
-            not in cli(tmp_path, "status", bind_url, *token_args(tmp_path, id_token)).stdout
+            not in cli(env.tmp_path, "status", bind_url, *token_args(env.tmp_path, id_token)).stdout
         )
     finally:
         reconciler.stop()

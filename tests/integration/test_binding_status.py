@@ -10,17 +10,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
-
 from klutch_gitops.apis import REPOSITORY_BINDINGS
-from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.kube.client import Kube, Resource
 from klutch_gitops.kube.conditions import by_type
 from reconciler.manager import Reconciler
-from tests.gitserver import GitServer
+from tests.env import Env
 from tests.kit.claims import claim
 from tests.kit.git import git
-from tests.kit.tenant import make_tenant, repository_binding
+from tests.kit.tenant import repository_binding
 from tests.kit.wait import eventually
 
 from .test_reconciler_modes import bare_repo, kubeconfig_secret, push, start
@@ -94,50 +91,36 @@ class Bound:
         return after
 
 
-def bound(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-    cleanup: list[Callable[[], Any]],
-    git_server: GitServer,
-    files: dict[str, Callable[[str], str]],
-    **config: Any,
-) -> Bound:
+def bound(env: Env, files: dict[str, Callable[[str], str]], **config: Any) -> Bound:
     """A consumer, a repository holding ``files`` (each made for the App namespace) and a
     RepositoryBinding of it; ``config`` overrides the reconciler's settings (pollInterval...)."""
-    tenant = make_tenant(stack, clusters, tmp_path, start=False)  # a bound consumer
-    remote, clone = bare_repo(tmp_path, "status", git_server.root)
+    tenant = env.tenant(start=False)  # a bound consumer
+    remote, clone = bare_repo(env.tmp_path, "status", env.git_server.root)
     admin, consumer = tenant.control_plane, tenant.consumer
-    app_kubeconfig = Path(stack.clusters["app"].kubeconfig).read_text()
+    app_kubeconfig = Path(env.stack.clusters["app"].kubeconfig).read_text()
     binder = tenant.config.repositories[0].control_plane_kubeconfig.file
     assert binder is not None
     admin.create(SECRETS, kubeconfig_secret("app-cluster", consumer, app_kubeconfig))
     admin.create(SECRETS, kubeconfig_secret("binder", consumer, binder.read_text()))
     push(clone, {name: text(tenant.namespace) for name, text in files.items()}, "claims")
     reconciler = start(
-        replace(tenant.config, repositories=(), work_dir=tmp_path / "status-work", **config),
-        cleanup,
+        replace(tenant.config, repositories=(), work_dir=env.tmp_path / "status-work", **config),
+        env.cleanup,
     )
     created = admin.create(
         REPOSITORY_BINDINGS,
-        repository_binding(consumer, "team", git_server.url_of(remote), tenant.namespace),
+        repository_binding(consumer, "team", env.git_server.url_of(remote), tenant.namespace),
     )
-    cleanup.append(lambda: admin.delete(REPOSITORY_BINDINGS, consumer, "team"))
+    env.cleanup.append(lambda: admin.delete(REPOSITORY_BINDINGS, consumer, "team"))
     generation = created["metadata"]["generation"]
     return Bound(
         admin, consumer, tenant.namespace, remote, clone, reconciler, generation, tenant.mapped
     )
 
 
-def test_a_synced_binding_reports_and_then_writes_nothing_new(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-    cleanup: list[Callable[[], Any]],
-    git_server: GitServer,
-) -> None:
+def test_a_synced_binding_reports_and_then_writes_nothing_new(env: Env) -> None:
     files = {"claims/good.yaml": lambda namespace: claim("good", namespace)}
-    binding = bound(stack, clusters, tmp_path, cleanup, git_server, files)
+    binding = bound(env, files)
     live = eventually(lambda: binding.settled("True"), "Ready=True with the head applied", 60)
     status = live["status"]
     found = by_type(status)
@@ -153,18 +136,12 @@ def test_a_synced_binding_reports_and_then_writes_nothing_new(
     binding.assert_quiet()
 
 
-def test_refused_documents_stall_the_binding_until_fixed(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-    cleanup: list[Callable[[], Any]],
-    git_server: GitServer,
-) -> None:
+def test_refused_documents_stall_the_binding_until_fixed(env: Env) -> None:
     files = {
         "claims/good.yaml": lambda namespace: claim("good", namespace),
         "claims/bad.yaml": lambda _namespace: claim("bad", "not-ours"),  # may not write there
     }
-    binding = bound(stack, clusters, tmp_path, cleanup, git_server, files)
+    binding = bound(env, files)
     live = eventually(lambda: binding.settled("False"), "Ready=False for the refused document", 60)
     status = live["status"]
     found = by_type(status)
@@ -190,15 +167,9 @@ def test_refused_documents_stall_the_binding_until_fixed(
     assert found["Ready"]["lastTransitionTime"] >= ready_time
 
 
-def test_a_refused_push_stalls_a_ready_binding_naming_the_document(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-    cleanup: list[Callable[[], Any]],
-    git_server: GitServer,
-) -> None:
+def test_a_refused_push_stalls_a_ready_binding_naming_the_document(env: Env) -> None:
     files = {"claims/good.yaml": lambda namespace: claim("good", namespace)}
-    binding = bound(stack, clusters, tmp_path, cleanup, git_server, files)
+    binding = bound(env, files)
     eventually(lambda: binding.settled("True"), "Ready=True with the head applied", 60)
 
     pushed = push(binding.clone, {"claims/bad.yaml": claim("bad", "not-ours")}, "a bad claim")

@@ -30,10 +30,10 @@ from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube.resources import CRDS, NAMESPACES, SECRETS
 from reconciler.controllers.namespaces import NamespaceController
 from reconciler.manager import Reconciler
+from tests.env import Env
 from tests.gitserver import GitServer
 from tests.kit.claims import POSTGRES, claim
 from tests.kit.git import git
-from tests.kit.tenant import quick_config
 from tests.kit.wait import eventually
 
 from .test_reconciler_modes import TEMPLATES
@@ -224,17 +224,12 @@ def bind_repository(
 
 
 def test_the_reconciler_follows_a_binding_until_unbound(
-    admin: Kube,
-    offered: str,
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-    git_server: GitServer,
+    admin: Kube, offered: str, env: Env
 ) -> None:
-    app = Kube(clusters["app"])
-    team, result = bind_repository(admin, offered, stack, app, tmp_path, git_server)
+    app = Kube(env.clusters["app"])
+    team, result = bind_repository(admin, offered, env.stack, app, env.tmp_path, env.git_server)
     consumer = result.consumer_namespace
-    config = quick_config(stack, tmp_path)
+    config = env.config()
     reconciler = Reconciler(config).start(serve_http=False)
     try:
         eventually(lambda: app.get(POSTGRES, team, "orders"), "the claim in the App namespace")

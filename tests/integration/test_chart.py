@@ -33,7 +33,7 @@ from reconciler.controllers.tokens import binder_user
 from reconciler.manager import Reconciler
 from reconciler.sync.platform import PlatformSync
 from tests.conftest import TwinNamespace
-from tests.gitserver import GitServer
+from tests.env import Env
 from tests.helm import VALUE_SETS, gateway_api_crd, render
 from tests.kit.claims import POSTGRES, claim
 from tests.kit.git import git
@@ -271,24 +271,20 @@ def binder_token(kube: Kube, namespace: str) -> str:
 
 
 def test_the_charts_rbac_is_enough_for_the_real_services(
-    namespace: TwinNamespace,
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    control_plane: Kube,
-    offered: str,
-    tmp_path: Path,
-    git_server: GitServer,
+    namespace: TwinNamespace, env: Env, control_plane: Kube, offered: str
 ) -> None:
     release = f"rbac-{uuid.uuid4().hex[:6]}"
     local = local_values(
-        stack, tmp_path, reconciler={"config": {"platform": {"url": "file:///srv/platform.git"}}}
+        env.stack,
+        env.tmp_path,
+        reconciler={"config": {"platform": {"url": "file:///srv/platform.git"}}},
     )
     docs = render([VALUE_SETS["default"], local], namespace=namespace.name, release=release)
     rbac = [doc for doc in docs if doc["kind"] in RBAC_KINDS]
-    applied = kubectl(stack, rbac, "apply", "--server-side", "--field-manager=helm", "-f", "-")
+    applied = kubectl(env.stack, rbac, "apply", "--server-side", "--field-manager=helm", "-f", "-")
     assert applied.returncode == 0, applied.stderr
     admin = control_plane
-    app = Kube(clusters["app"])
+    app = Kube(env.clusters["app"])
     team = f"team-{uuid.uuid4().hex[:6]}"
     app.create(NAMESPACES, {"metadata": {"name": team}})
     reconciler = None
@@ -299,7 +295,7 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
                 admin,
                 chart_kubeconfig,
                 by_component(docs, "ServiceAccount", component),
-                tmp_path / component,
+                env.tmp_path / component,
             )
             for component in ("bind-api", "reconciler")
         )
@@ -307,7 +303,7 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
         # The bind API binds: consumer namespace, ServiceAccount, Role, exports, Secrets,
         # ClusterBinding and RepositoryBinding.
         remote, _ = bare_repo(
-            tmp_path, "team", {"claims/orders.yaml": claim("orders", team)}, git_server.root
+            env.tmp_path, "team", {"claims/orders.yaml": claim("orders", team)}, env.git_server.root
         )
         result = bind(
             as_bind_api,
@@ -316,9 +312,9 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
                 cluster_id="app-1",
                 apis=(POSTGRES_API,),
                 repository=Repository(
-                    url=git_server.url_of(remote), app_namespaces=(team,), path="claims"
+                    url=env.git_server.url_of(remote), app_namespaces=(team,), path="claims"
                 ),
-                app_kubeconfig=Path(stack.clusters["app"].kubeconfig).read_text(),
+                app_kubeconfig=Path(env.stack.clusters["app"].kubeconfig).read_text(),
                 groups=("team-a",),
                 default_allowed_groups=("team-a",),
             ),
@@ -335,12 +331,12 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
         # mapping (a Role only a holder of the claim kinds may grant), renews the binder token
         # (due at once with these settings) and reports the binding's status.
         config = config_from(
-            tmp_path / "reconciler" / "kubeconfig",
+            env.tmp_path / "reconciler" / "kubeconfig",
             listen=f"127.0.0.1:{free_port()}",
             poll_interval=1.0,
             batch_window=0.3,
             workers=2,
-            work_dir=tmp_path / "work",
+            work_dir=env.tmp_path / "work",
             binder_tokens=TokenRenewal(lifetime=48 * 3600.0, renew_before=25 * 3600.0),
         )
         reconciler = Reconciler(config).start(serve_http=False)
@@ -405,14 +401,14 @@ def test_the_charts_rbac_is_enough_for_the_real_services(
 
         # The platform repository: a template applied, then pruned when it leaves Git.
         platform_remote, platform_clone = bare_repo(
-            tmp_path,
+            env.tmp_path,
             "platform",
             {"templates/mongodb.yaml": yaml.safe_dump(template(offered, "mongodbinstances"))},
         )
         platform = PlatformSync(
             platform_from(f"file://{platform_remote}"),
             as_reconciler,
-            tmp_path / "platform-checkout",
+            env.tmp_path / "platform-checkout",
             None,
         )
         synced = platform.sync()

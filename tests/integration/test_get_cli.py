@@ -9,9 +9,6 @@ import queue
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import pytest
 import typer
@@ -24,7 +21,7 @@ from klutch_gitops.errors import KlutchError
 from klutch_gitops.inspect import commands
 from klutch_gitops.inspect.claims import REPOSITORY_LABEL
 from klutch_gitops.kube.client import Kube
-from tests.gitserver import GitServer
+from tests.env import Env
 from tests.kit.claims import POSTGRES, claim
 from tests.kit.git import git
 from tests.kit.wait import eventually
@@ -38,19 +35,13 @@ CLI = (
 
 
 @pytest.fixture
-def refused(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-    cleanup: list[Callable[[], Any]],
-    git_server: GitServer,
-) -> Bound:
+def refused(env: Env) -> Bound:
     """A RepositoryBinding whose repository holds one good claim and one refused document."""
     files = {
         "claims/good.yaml": lambda namespace: claim("good", namespace),
         "claims/bad.yaml": lambda _namespace: claim("bad", "not-ours"),  # may not write there
     }
-    binding = bound(stack, clusters, tmp_path, cleanup, git_server, files)
+    binding = bound(env, files)
     eventually(lambda: binding.settled("False"), "Ready=False for the refused document", 60)
     return binding
 

@@ -28,20 +28,18 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
 
 from klutch_gitops.apis import API_SERVICE_BINDINGS, REPOSITORY_BINDINGS, mapped_namespace
 from klutch_gitops.consumer import bind_consumer, binder_kubeconfig
-from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.kube.client import Kube
 from klutch_gitops.kube.crds import install_crds, load_crds
 from klutch_gitops.kube.resources import EVENTS, NAMESPACES, SECRETS
 from reconciler.manager import Reconciler
 from reconciler.sync.konnector import State
-from tests.gitserver import GitServer
+from tests.env import Env
 from tests.kit.claims import CLAIM_CRDS, POSTGRES, claim
 from tests.kit.git import person_clone
-from tests.kit.tenant import make_tenant, quick_config, repository_binding
+from tests.kit.tenant import repository_binding
 from tests.kit.wait import eventually
 
 API = "postgresqlinstances.anynines.com"
@@ -85,48 +83,43 @@ def unbind_app_side(app: Kube) -> None:
     eventually(lambda: app.get(API_SERVICE_BINDINGS, None, API) is None, "the binding gone")
 
 
-def test_a_konnector_for_another_consumer_namespace_is_refused_and_reported(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-    git_server: GitServer,
-    cleanup: list[Callable[[], Any]],
-) -> None:
-    install_crds(clusters["app"], load_crds(cluster="app"))  # the cluster-scoped APIServiceBinding
-    tenant = make_tenant(stack, clusters, tmp_path, start=False)
+def test_a_konnector_for_another_consumer_namespace_is_refused_and_reported(env: Env) -> None:
+    # the cluster-scoped APIServiceBinding
+    install_crds(env.clusters["app"], load_crds(cluster="app"))
+    tenant = env.tenant(start=False)
     admin, app, consumer = tenant.control_plane, tenant.app, tenant.consumer
     if app.get(API_SERVICE_BINDINGS, None, API) is not None:
         pytest.fail(f"APIServiceBinding {API} is left over from another test")
 
     # The repository on an HTTPS Git server (RepositoryBindings take no file://), registered by a
     # RepositoryBinding in consumer namespace C.
-    url, bare = git_server.create()
-    clone = tmp_path / "person"
+    url, bare = env.git_server.create()
+    clone = env.tmp_path / "person"
     person_clone(str(bare), clone)
     person = replace(tenant, remote=bare, clone=clone)
-    binder_c = (tmp_path / "binder.kubeconfig").read_text()
-    app_kubeconfig = Path(stack.clusters["app"].kubeconfig).read_text()
+    binder_c = (env.tmp_path / "binder.kubeconfig").read_text()
+    app_kubeconfig = Path(env.stack.clusters["app"].kubeconfig).read_text()
     admin.create(SECRETS, secret("app-cluster", consumer, app_kubeconfig))
     admin.create(SECRETS, secret("binder", consumer, binder_c))
     reconciler = Reconciler(
-        quick_config(stack, tmp_path, repositories=(), work_dir=tmp_path / "bound-work")
+        env.config(repositories=(), work_dir=env.tmp_path / "bound-work")
     ).start(serve_http=False)
-    cleanup.append(reconciler.stop)
+    env.cleanup.append(reconciler.stop)
     admin.create(
         REPOSITORY_BINDINGS,
         repository_binding(consumer, "team", url, tenant.namespace),
     )
-    cleanup.append(lambda: admin.delete(REPOSITORY_BINDINGS, consumer, "team"))
+    env.cleanup.append(lambda: admin.delete(REPOSITORY_BINDINGS, consumer, "team"))
     registration = f"{consumer}.team"
 
     # Consumer D: bound on the same Control Plane, its binder kubeconfig names namespace D.
     other = f"cluster-{uuid.uuid4().hex[:6]}"
     bind_consumer(admin, other, f"developer#{other}", CLAIM_CRDS)
-    cleanup.append(lambda: admin.delete(NAMESPACES, None, other))
+    env.cleanup.append(lambda: admin.delete(NAMESPACES, None, other))
     app.apply(
         NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KLUTCH_BIND}}
     )
-    cleanup.append(lambda: unbind_app_side(app))
+    env.cleanup.append(lambda: unbind_app_side(app))
 
     def konnector_condition(status: str) -> dict | None:
         live = admin.get(REPOSITORY_BINDINGS, consumer, "team") or {}
@@ -135,7 +128,7 @@ def test_a_konnector_for_another_consumer_namespace_is_refused_and_reported(
         return condition if condition.get("status") == status else None
 
     # 1. The konnector's binding uses consumer namespace C: the shared mapping, no conflict.
-    bind_app_side(app, yaml.safe_load(binder_c), cleanup)
+    bind_app_side(app, yaml.safe_load(binder_c), env.cleanup)
     person.push({"claims/orders.yaml": claim("orders", tenant.namespace)}, "orders")
     eventually(lambda: admin.get(POSTGRES, tenant.mapped, "orders"), "orders on the Control Plane")
 
@@ -150,7 +143,7 @@ def test_a_konnector_for_another_consumer_namespace_is_refused_and_reported(
 
     # 2. Re-bound through consumer namespace D (the ref is immutable: a new binding).
     unbind_app_side(app)
-    secret_d = bind_app_side(app, binder_kubeconfig(admin, other), cleanup)
+    secret_d = bind_app_side(app, binder_kubeconfig(admin, other), env.cleanup)
     condition = eventually(lambda: konnector_condition("True"), "KonnectorConflict=True")
     assert condition["reason"] == "ForeignKonnector"
     for part in (API, f"{KLUTCH_BIND}/{secret_d}", other, consumer, "--cascade=orphan"):

@@ -21,11 +21,10 @@ from kubernetes import client
 
 from klutch_gitops.config import GitCredentialsRef, PlatformSpec, SecretRef
 from klutch_gitops.config_file import platform_from
-from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.kube.client import Kube, Resource
 from reconciler.manager import Reconciler
+from tests.env import Env
 from tests.kit.claims import POSTGRES, claim
-from tests.kit.tenant import make_tenant, quick_config
 from tests.kit.wait import eventually
 
 from .test_git_writeback import GitHttp, QuietHandler
@@ -113,29 +112,25 @@ def gitea_push(listen: str, url: str, secret: str) -> httpx.Response:
     )
 
 
-def test_a_private_platform_repository_is_polled_with_its_credentials(
-    stack: StackInfo, clusters: dict[str, client.ApiClient], tmp_path: Path, cleanup: list
-) -> None:
-    admin = Kube(clusters["control-plane"])
-    namespace = namespace_on(clusters, cleanup)
-    spec, clone = private_platform(tmp_path, cleanup, namespace)
-    reconciler = Reconciler(quick_config(stack, tmp_path, platform=spec)).start(serve_http=False)
-    cleanup.append(reconciler.stop)
+def test_a_private_platform_repository_is_polled_with_its_credentials(env: Env) -> None:
+    admin = Kube(env.clusters["control-plane"])
+    namespace = namespace_on(env.clusters, env.cleanup)
+    spec, clone = private_platform(env.tmp_path, env.cleanup, namespace)
+    reconciler = Reconciler(env.config(platform=spec)).start(serve_http=False)
+    env.cleanup.append(reconciler.stop)
     eventually(lambda: admin.get(TEMPLATES, namespace, "first"), "the first template")
 
     push(clone, {"templates/second.yaml": template("second", namespace)}, "offer second")
     eventually(lambda: admin.get(TEMPLATES, namespace, "second"), "the polled template")
 
 
-def test_a_push_webhook_fetches_the_platform_repository(
-    stack: StackInfo, clusters: dict[str, client.ApiClient], tmp_path: Path, cleanup: list
-) -> None:
-    admin = Kube(clusters["control-plane"])
-    namespace = namespace_on(clusters, cleanup)
-    spec, clone = private_platform(tmp_path, cleanup, namespace)
-    config = quick_config(stack, tmp_path, platform=spec, poll_interval=3600.0)
+def test_a_push_webhook_fetches_the_platform_repository(env: Env) -> None:
+    admin = Kube(env.clusters["control-plane"])
+    namespace = namespace_on(env.clusters, env.cleanup)
+    spec, clone = private_platform(env.tmp_path, env.cleanup, namespace)
+    config = env.config(platform=spec, poll_interval=3600.0)
     reconciler = Reconciler(config).start()
-    cleanup.append(reconciler.stop)
+    env.cleanup.append(reconciler.stop)
     eventually(lambda: admin.get(TEMPLATES, namespace, "first"), "the first template")
 
     push(clone, {"templates/second.yaml": template("second", namespace)}, "offer second")
@@ -148,14 +143,12 @@ def test_a_push_webhook_fetches_the_platform_repository(
     eventually(lambda: admin.get(TEMPLATES, namespace, "second"), "the pushed template")
 
 
-def test_a_repository_named_platform_and_the_platform_repository_both_sync(
-    stack: StackInfo, clusters: dict[str, client.ApiClient], tmp_path: Path, cleanup: list
-) -> None:
-    admin = Kube(clusters["control-plane"])
-    namespace = namespace_on(clusters, cleanup)
-    platform, platform_clone = private_platform(tmp_path / "p", cleanup, namespace)
-    tenant = make_tenant(stack, clusters, mkdir(tmp_path / "t"), start=False)
-    cleanup.append(lambda: tenant.control_plane.delete(POSTGRES, tenant.mapped, "db"))
+def test_a_repository_named_platform_and_the_platform_repository_both_sync(env: Env) -> None:
+    admin = Kube(env.clusters["control-plane"])
+    namespace = namespace_on(env.clusters, env.cleanup)
+    platform, platform_clone = private_platform(env.tmp_path / "p", env.cleanup, namespace)
+    tenant = env.tenant(home=mkdir(env.tmp_path / "t"), start=False)
+    env.cleanup.append(lambda: tenant.control_plane.delete(POSTGRES, tenant.mapped, "db"))
     # the tenant's repository carries a template too: the platform sync must never read it
     tenant.push(
         {
@@ -166,12 +159,12 @@ def test_a_repository_named_platform_and_the_platform_repository_both_sync(
     repository = replace(tenant.config.repositories[0], name="platform")
     config = replace(tenant.config, repositories=(repository,), platform=platform)
     reconciler = Reconciler(config).start(serve_http=False)
-    cleanup.append(reconciler.stop)
+    env.cleanup.append(reconciler.stop)
 
     eventually(lambda: admin.get(TEMPLATES, namespace, "first"), "the platform's template")
     eventually(lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db"), "the claim")
     tenant.push({"claims/db2.yaml": claim("db2", tenant.namespace)}, "a second claim")
-    cleanup.append(lambda: tenant.control_plane.delete(POSTGRES, tenant.mapped, "db2"))
+    env.cleanup.append(lambda: tenant.control_plane.delete(POSTGRES, tenant.mapped, "db2"))
     push(platform_clone, {"templates/second.yaml": template("second", namespace)}, "second")
     eventually(lambda: tenant.control_plane.get(POSTGRES, tenant.mapped, "db2"), "the new claim")
     eventually(lambda: admin.get(TEMPLATES, namespace, "second"), "the platform's new template")

@@ -19,9 +19,10 @@ import pytest
 from reconciler.git.remote import ls_remote
 from reconciler.manager import Reconciler
 from reconciler.triggers.sources import JITTER, Poller
+from tests.env import Env
 from tests.gitserver import GitServer
 from tests.kit.claims import POSTGRES, claim
-from tests.kit.tenant import Tenant, make_tenant
+from tests.kit.tenant import Tenant
 from tests.kit.wait import eventually
 
 GLOBAL = 3600.0  # the config file's pollInterval: nothing is polled again during the test
@@ -39,18 +40,18 @@ def served(git_server: GitServer, bare: Path) -> str:
 
 
 @pytest.fixture
-def tenants(stack, clusters, git_server: GitServer, tmp_path: Path) -> Iterator[list[Tenant]]:
+def tenants(env: Env) -> Iterator[list[Tenant]]:
     """Two tenants registered in one reconciler: the first with ``pollInterval: 2s``, the
     second without one, under a global interval of an hour."""
     for name in ("fast", "hourly"):
-        (tmp_path / name).mkdir()
+        (env.tmp_path / name).mkdir()
     fast, hourly = (
-        make_tenant(stack, clusters, tmp_path / name, mode="files", start=False)
+        env.tenant(home=env.tmp_path / name, mode="files", start=False)
         for name in ("fast", "hourly")
     )
     specs = (
-        replace(fast.spec, url=served(git_server, fast.remote), poll_interval=OWN),
-        replace(hourly.spec, url=served(git_server, hourly.remote)),
+        replace(fast.spec, url=served(env.git_server, fast.remote), poll_interval=OWN),
+        replace(hourly.spec, url=served(env.git_server, hourly.remote)),
     )
     config = replace(fast.config, repositories=specs, poll_interval=GLOBAL)
     world = [replace(fast, config=config), replace(hourly, config=config)]

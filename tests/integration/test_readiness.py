@@ -9,22 +9,17 @@ import hmac
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
 import httpx
-from kubernetes import client
 
 from klutch_gitops.config import SecretRef
-from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.kube.conditions import by_type
 from reconciler.manager import Reconciler
 from tests.conftest import TwinNamespace
-from tests.gitserver import GitServer
+from tests.env import Env
 from tests.kit.claims import POSTGRES, claim
-from tests.kit.tenant import WEBHOOK_SECRET, make_tenant
+from tests.kit.tenant import WEBHOOK_SECRET
 from tests.kit.wait import eventually
 
 from .test_leader_election import settings
@@ -34,27 +29,22 @@ METRICS_TOKEN = "readiness-metrics-token-0123456789"
 
 
 def test_a_broken_tenant_leaves_the_replica_ready_and_the_others_served(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    namespace: TwinNamespace,
-    tmp_path: Path,
-    cleanup: list[Callable[[], Any]],
-    git_server: GitServer,
+    namespace: TwinNamespace, env: Env
 ) -> None:
-    (tmp_path / "broken").mkdir()
-    (tmp_path / "healthy").mkdir()
-    broken = make_tenant(stack, clusters, tmp_path / "broken", start=False)
-    garbage = tmp_path / "broken-app.kubeconfig"
+    (env.tmp_path / "broken").mkdir()
+    (env.tmp_path / "healthy").mkdir()
+    broken = env.tenant(home=env.tmp_path / "broken", start=False)
+    garbage = env.tmp_path / "broken-app.kubeconfig"
     garbage.write_text("this: is not a kubeconfig\n")
     broken_spec = replace(broken.spec, app_kubeconfig=SecretRef(file=garbage))
 
     # The healthy tenant's repository is on an https server polled once an hour: only the
     # webhook makes the reconciler fetch the push.
-    healthy = make_tenant(stack, clusters, tmp_path / "healthy", start=False)
-    remote, clone = bare_repo(tmp_path, "healthy", git_server.root)
+    healthy = env.tenant(home=env.tmp_path / "healthy", start=False)
+    remote, clone = bare_repo(env.tmp_path, "healthy", env.git_server.root)
     push(clone, {"claims/first.yaml": claim("first", healthy.namespace)}, "first")
-    url = git_server.url_of(remote)
-    token = tmp_path / "metrics-token"
+    url = env.git_server.url_of(remote)
+    token = env.tmp_path / "metrics-token"
     token.write_text(METRICS_TOKEN)
     reconciler = Reconciler(
         replace(
@@ -63,10 +53,10 @@ def test_a_broken_tenant_leaves_the_replica_ready_and_the_others_served(
             poll_interval=3600.0,
             leader_election=settings(namespace.name),
             metrics_token=SecretRef(file=token),
-            work_dir=tmp_path / "work",
+            work_dir=env.tmp_path / "work",
         )
     ).start()
-    cleanup.append(reconciler.stop)
+    env.cleanup.append(reconciler.stop)
     base = f"http://{healthy.config.listen}"
 
     def mirrored(name: str) -> bool:
@@ -91,7 +81,7 @@ def test_a_broken_tenant_leaves_the_replica_ready_and_the_others_served(
     assert httpx.get(f"{base}/registrations", timeout=5).status_code == 401
 
     # the same, as a platform team sees its config file's registrations
-    token = tmp_path / "metrics-token"
+    token = env.tmp_path / "metrics-token"
     token.write_text(METRICS_TOKEN)
     table = subprocess.run(
         [sys.executable, "-m", "klutch_gitops.cli", "get", "--reconciler", base,

@@ -23,7 +23,6 @@ from klutch_gitops.apis import REPOSITORY_BINDINGS
 from klutch_gitops.config import Config
 from klutch_gitops.config_file import config_from, load_config, platform_from
 from klutch_gitops.dev.localstack.processes import free_port
-from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.kube.client import Kube, KubeError, Resource
 from klutch_gitops.kube.resources import CRDS
 from reconciler.manager import Reconciler
@@ -31,10 +30,11 @@ from reconciler.sync import objects
 from reconciler.sync.notes import NOTES_REF
 from reconciler.sync.platform import PLATFORM_LABEL, source_id
 from reconciler.sync.writeback import TRAILER_RECONCILER
+from tests.env import Env
 from tests.gitserver import GitServer
 from tests.kit.claims import POSTGRES, claim
 from tests.kit.git import git
-from tests.kit.tenant import Tenant, make_tenant, report_ready, repository_binding
+from tests.kit.tenant import Tenant, report_ready, repository_binding
 from tests.kit.wait import eventually
 
 HUMAN = "Human Developer"
@@ -58,17 +58,12 @@ TEMPLATES = {
 
 
 @pytest.fixture
-def new_tenant(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-    cleanup: list[Callable[[], Any]],
-) -> Callable[..., Tenant]:
+def new_tenant(env: Env) -> Callable[..., Tenant]:
     def make(mode: str = "inline", running: bool = True) -> Tenant:
-        tenant = make_tenant(stack, clusters, tmp_path, mode)
+        tenant = env.tenant(mode=mode)
         if not running:
             tenant.reconciler.stop()
-        cleanup.append(tenant.reconciler.stop)
+        env.cleanup.append(tenant.reconciler.stop)
         return tenant
 
     return make
@@ -321,31 +316,27 @@ def test_a_broken_kubeconfig_secret_reports_secret_valid_false(
 
 
 def test_repository_binding_is_followed_until_deleted(
-    new_tenant: Callable[..., Tenant],
-    stack: StackInfo,
-    tmp_path: Path,
-    cleanup: list[Callable[[], Any]],
-    git_server: GitServer,
+    new_tenant: Callable[..., Tenant], env: Env
 ) -> None:
     tenant = new_tenant(running=False)
-    remote, clone = bare_repo(tmp_path, "bound", git_server.root)
+    remote, clone = bare_repo(env.tmp_path, "bound", env.git_server.root)
     admin, consumer = tenant.control_plane, tenant.consumer
     secrets = Resource("", "v1", "secrets", "Secret")
-    app_kubeconfig = Path(stack.clusters["app"].kubeconfig).read_text()
+    app_kubeconfig = Path(env.stack.clusters["app"].kubeconfig).read_text()
     binder = tenant.config.repositories[0].control_plane_kubeconfig.file
     assert binder is not None
     admin.create(secrets, kubeconfig_secret("app-cluster", consumer, app_kubeconfig))
     admin.create(secrets, kubeconfig_secret("binder", consumer, binder.read_text()))
 
     reconciler = start(
-        replace(tenant.config, repositories=(), work_dir=tmp_path / "bound-work"), cleanup
+        replace(tenant.config, repositories=(), work_dir=env.tmp_path / "bound-work"), env.cleanup
     )
     push(clone, {"claims/first.yaml": claim("first", tenant.namespace)}, "first claim")
     admin.create(
         REPOSITORY_BINDINGS,
-        repository_binding(consumer, "team", git_server.url_of(remote), tenant.namespace),
+        repository_binding(consumer, "team", env.git_server.url_of(remote), tenant.namespace),
     )
-    cleanup.append(lambda: admin.delete(REPOSITORY_BINDINGS, consumer, "team"))
+    env.cleanup.append(lambda: admin.delete(REPOSITORY_BINDINGS, consumer, "team"))
     registration = f"{consumer}.team"
 
     app_copy = eventually(
@@ -411,30 +402,25 @@ def platform_file(namespace: str, suffix: str, with_klutch: bool = True) -> str:
     return yaml.safe_dump_all(documents, sort_keys=False)
 
 
-def test_platform_repository_applies_templates_and_prunes(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-    cleanup: list[Callable[[], Any]],
-) -> None:
-    admin = Kube(clusters["control-plane"])
+def test_platform_repository_applies_templates_and_prunes(env: Env) -> None:
+    admin = Kube(env.clusters["control-plane"])
     suffix = uuid.uuid4().hex[:6]
     namespace = f"platform-{suffix}"
-    core = client.CoreV1Api(clusters["control-plane"])
+    core = client.CoreV1Api(env.clusters["control-plane"])
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    cleanup.append(lambda: core.delete_namespace(namespace))
-    remote, clone = bare_repo(tmp_path, "platform")
+    env.cleanup.append(lambda: core.delete_namespace(namespace))
+    remote, clone = bare_repo(env.tmp_path, "platform")
     push(clone, {"templates/apis.yaml": platform_file(namespace, suffix)}, "offer two APIs")
 
     start(
         config_from(
-            Path(stack.clusters["control-plane"].kubeconfig),
+            Path(env.stack.clusters["control-plane"].kubeconfig),
             platform=platform_from(f"file://{remote}"),
             poll_interval=1.0,
             workers=2,
-            work_dir=tmp_path / "work",
+            work_dir=env.tmp_path / "work",
         ),
-        cleanup,
+        env.cleanup,
     )
     names = {
         "example-backend": f"postgresqlinstances-{suffix}",

@@ -15,8 +15,9 @@ from klutch_gitops.kube.client import KubeError
 from klutch_gitops.kube.resources import SECRETS
 from reconciler.manager import Reconciler
 from reconciler.sync.view import ClusterView
+from tests.env import Env
 from tests.kit.claims import POSTGRES, claim
-from tests.kit.tenant import Tenant, make_tenant, quick_config
+from tests.kit.tenant import Tenant, make_tenant
 from tests.kit.wait import eventually
 
 KIND = f"{POSTGRES.plural}.{POSTGRES.group}"
@@ -53,12 +54,12 @@ def threads_named(name: str) -> int:
 
 
 @pytest.fixture
-def pair(stack, clusters, tmp_path: Path, cleanup) -> tuple[Tenant, Tenant, Reconciler]:
+def pair(env: Env) -> tuple[Tenant, Tenant, Reconciler]:
     """Tenants a and b (one claim each) registered in one reconciler, both claims synced."""
-    a = tenant(stack, clusters, tmp_path / "a", "db-a")
-    b = tenant(stack, clusters, tmp_path / "b", "db-b")
-    reconciler = Reconciler(quick_config(stack, tmp_path, repositories=(a.spec, b.spec)))
-    cleanup.append(reconciler.stop)
+    a = tenant(env.stack, env.clusters, env.tmp_path / "a", "db-a")
+    b = tenant(env.stack, env.clusters, env.tmp_path / "b", "db-b")
+    reconciler = Reconciler(env.config(repositories=(a.spec, b.spec)))
+    env.cleanup.append(reconciler.stop)
     reconciler.start()
     for t, name in ((a, "db-a"), (b, "db-b")):
         eventually(lambda t=t, name=name: t.control_plane.get(POSTGRES, t.mapped, name), name)

@@ -7,15 +7,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
-from kubernetes import client
 
 from klutch_gitops.apis import REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION
-from klutch_gitops.dev.localstack.stack import StackInfo
-from tests.gitserver import GitServer
+from tests.env import Env
 from tests.kit.claims import POSTGRES, claim
 from tests.kit.wait import eventually
 
@@ -33,16 +27,10 @@ def mirrored(binding: Bound, name: str) -> bool:
     return binding.admin.get(POSTGRES, binding.mapped, name) is not None
 
 
-def test_a_reconcile_request_applies_a_commit_nothing_else_would_fetch(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-    cleanup: list[Callable[[], Any]],
-    git_server: GitServer,
-) -> None:
+def test_a_reconcile_request_applies_a_commit_nothing_else_would_fetch(env: Env) -> None:
     # Polls once an hour and no webhook: after the first fetch only the request fetches again.
     files = {"claims/first.yaml": first_claim}
-    binding = bound(stack, clusters, tmp_path, cleanup, git_server, files, poll_interval=3600.0)
+    binding = bound(env, files, poll_interval=3600.0)
     eventually(lambda: mirrored(binding, "first"), "the first claim mirrored", 60)
     eventually(lambda: binding.conditions().get("Ready") == "True/Synced", "Ready", 60)
     # The registration's first pass fetches on its own, and the poller's first answer asks for
@@ -80,15 +68,9 @@ def test_a_reconcile_request_applies_a_commit_nothing_else_would_fetch(
     assert binding.live()["status"]["lastHandledReconcileAt"] == "2026-11-24T23:00:00Z"
 
 
-def test_a_suspended_binding_applies_nothing_until_resumed(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-    cleanup: list[Callable[[], Any]],
-    git_server: GitServer,
-) -> None:
+def test_a_suspended_binding_applies_nothing_until_resumed(env: Env) -> None:
     files = {"claims/first.yaml": first_claim}
-    binding = bound(stack, clusters, tmp_path, cleanup, git_server, files)  # one-second polls
+    binding = bound(env, files)  # one-second polls
     eventually(lambda: binding.conditions().get("Ready") == "True/Synced", "Ready", 60)
 
     binding.annotate(SUSPEND_ANNOTATION, "true")
@@ -123,17 +105,15 @@ def klutch_gitops(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_cli_reconciles_suspends_and_resumes(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-    cleanup: list[Callable[[], Any]],
-    git_server: GitServer,
-) -> None:
+def test_the_cli_reconciles_suspends_and_resumes(env: Env) -> None:
     files = {"claims/first.yaml": first_claim}
-    binding = bound(stack, clusters, tmp_path, cleanup, git_server, files, poll_interval=3600.0)
+    binding = bound(env, files, poll_interval=3600.0)
     eventually(lambda: binding.conditions().get("Ready") == "True/Synced", "Ready", 60)
-    where = (f"{binding.consumer}/team", "--kubeconfig", stack.clusters["control-plane"].kubeconfig)
+    where = (
+        f"{binding.consumer}/team",
+        "--kubeconfig",
+        env.stack.clusters["control-plane"].kubeconfig,
+    )
 
     push(binding.clone, {"claims/second.yaml": claim("second", binding.namespace)}, "second")
     asked = time.monotonic()

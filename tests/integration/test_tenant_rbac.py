@@ -16,14 +16,14 @@ from kubernetes import client
 from typer.testing import CliRunner
 
 from klutch_gitops.apis import REPOSITORY_BINDINGS, REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION
-from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.inspect import commands
 from klutch_gitops.kube.client import Kube, KubeError, api_client
 from klutch_gitops.kube.resources import CLUSTER_ROLES, NAMESPACES, ROLE_BINDINGS
 from klutch_gitops.policies import install_policies, load_policies
+from tests.env import Env
 from tests.helm import VALUE_SETS, render
-from tests.kit.tenant import Tenant, make_tenant, repository_binding
+from tests.kit.tenant import Tenant, repository_binding
 from tests.kit.wait import eventually
 
 URL = "https://git.example/team.git"
@@ -36,23 +36,18 @@ def binder_file(tenant: Tenant) -> Path:
 
 
 @pytest.fixture
-def tenants(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-    cleanup: list[Callable[[], Any]],
-) -> tuple[Tenant, Tenant]:
+def tenants(env: Env) -> tuple[Tenant, Tenant]:
     """Two bound consumers, each with a RepositoryBinding ``team`` the bind API would make; the
     admission policies as the reconciler applies them at start."""
-    install_policies(clusters["control-plane"], load_policies())
+    install_policies(env.clusters["control-plane"], load_policies())
     pair = []
     for name in ("one", "two"):
-        (tmp_path / name).mkdir()
-        tenant = make_tenant(stack, clusters, tmp_path / name, start=False)
+        (env.tmp_path / name).mkdir()
+        tenant = env.tenant(home=env.tmp_path / name, start=False)
         tenant.control_plane.create(
             REPOSITORY_BINDINGS, repository_binding(tenant.consumer, "team", URL, tenant.namespace)
         )
-        cleanup.append(
+        env.cleanup.append(
             lambda t=tenant: t.control_plane.delete(REPOSITORY_BINDINGS, t.consumer, "team")
         )
         pair.append(tenant)

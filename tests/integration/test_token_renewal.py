@@ -8,7 +8,6 @@ import base64
 import logging
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
@@ -23,16 +22,14 @@ from klutch_gitops.apis import (
 )
 from klutch_gitops.config import TokenRenewal
 from klutch_gitops.consumer import FIELD_MANAGER, binder_kubeconfig
-from klutch_gitops.dev.localstack.stack import StackInfo
 from klutch_gitops.kube.client import Kube, KubeError, api_client
 from klutch_gitops.kube.crds import install_crds, load_crds, load_dev_claim_crds
 from klutch_gitops.kube.resources import EVENTS, NAMESPACES, SECRETS, SERVICE_ACCOUNTS
 from reconciler.controllers.tokens import INVALID_REASON, TokenRenewer, TokenTimes, token_times
 from reconciler.manager import Reconciler
-from tests.gitserver import GitServer
+from tests.env import Env
 from tests.kit.claims import POSTGRES, claim
 from tests.kit.git import git
-from tests.kit.tenant import quick_config
 from tests.kit.wait import eventually
 
 from .test_bindings import POSTGRES_API, bind_repository, request
@@ -116,15 +113,10 @@ def rejected(kubeconfig: dict, namespace: str) -> bool:
 
 
 def test_the_reconciler_renews_a_binding_token_and_the_binding_switches_to_it(
-    admin: Kube,
-    offered: str,
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    tmp_path: Path,
-    git_server: GitServer,
+    admin: Kube, offered: str, env: Env
 ) -> None:
-    app = Kube(clusters["app"])
-    team, result = bind_repository(admin, offered, stack, app, tmp_path, git_server)
+    app = Kube(env.clusters["app"])
+    team, result = bind_repository(admin, offered, env.stack, app, env.tmp_path, env.git_server)
     consumer = result.consumer_namespace
     labels = admin.get(SECRETS, consumer, BINDER_SECRET)["metadata"]["labels"]
     assert labels[BINDER_KUBECONFIG_LABEL] == "true"
@@ -151,7 +143,7 @@ def test_the_reconciler_renews_a_binding_token_and_the_binding_switches_to_it(
     # One replica, no leader election, no shards: the registration restarts with the renewed
     # token only through the Reconciler's watch of the binder Secrets (the renewer reports to
     # no one), as it does in a replica that holds the shard while the leader renews.
-    config = quick_config(stack, tmp_path, binder_tokens=SETTINGS)
+    config = env.config(binder_tokens=SETTINGS)
     reconciler = Reconciler(config).start(serve_http=False)
     name = f"{consumer}.{result.repository_binding}"
     try:
@@ -169,7 +161,7 @@ def test_the_reconciler_renews_a_binding_token_and_the_binding_switches_to_it(
             timeout=60,
         )
         eventually(lambda: admin.get(POSTGRES, mapped, "orders"), "the claim on the Control Plane")
-        clone = tmp_path / "human"
+        clone = env.tmp_path / "human"
         (clone / "claims" / "billing.yaml").write_text(claim("billing", team))
         git(clone, "add", "-A")
         git(clone, "commit", "-q", "-m", "billing")

@@ -33,10 +33,11 @@ from klutch_gitops.kube.client import Kube
 from klutch_gitops.kube.crds import install_crds, load_crds
 from klutch_gitops.kube.resources import NAMESPACES, SECRETS
 from reconciler.manager import Reconciler
+from tests.env import Env
 from tests.gitserver import GitServer
 from tests.integration.bindapi import API, bind_api_config, dev_id_token, offered_api, serving
 from tests.kit.claims import claim
-from tests.kit.tenant import quick_config, repository_binding
+from tests.kit.tenant import repository_binding
 from tests.kit.wait import eventually
 from tests.security.listener import Listener, listening
 
@@ -244,23 +245,18 @@ def secret_valid(admin: Kube, namespace: str, name: str) -> Callable[[], dict | 
 
 
 def test_the_reconciler_refuses_hostile_kubeconfigs_in_repository_binding_secrets(
-    stack: StackInfo,
-    clusters: dict[str, client.ApiClient],
-    namespace: Any,
-    attacker: Attacker,
-    git_server: GitServer,
-    tmp_path: Path,
+    namespace: Any, env: Env, attacker: Attacker
 ) -> None:
     """RepositoryBindings created straight on the Control Plane, as a tenant with write access to
     its consumer namespace could: each names a Secret with a hostile kubeconfig, for the App
     Cluster or for the Control Plane (where the binder kubeconfig goes)."""
-    admin = Kube(clusters["control-plane"])
-    install_crds(clusters["control-plane"], load_crds(cluster="control-plane"))
+    admin = Kube(env.clusters["control-plane"])
+    install_crds(env.clusters["control-plane"], load_crds(cluster="control-plane"))
     consumer = namespace.name
-    url = followed_repository(git_server, tmp_path, consumer)
-    valid = Path(stack.clusters["app"].kubeconfig).read_text()
+    url = followed_repository(env.git_server, env.tmp_path, consumer)
+    valid = Path(env.stack.clusters["app"].kubeconfig).read_text()
     admin.create(SECRETS, secret(consumer, "valid", valid))
-    attacks = hostile(stack, attacker)
+    attacks = hostile(env.stack, attacker)
     cases = {  # RepositoryBinding: (App Secret, Control Plane Secret, field, which kubeconfig)
         "exec-app": ("exec", "valid", attacks["exec"][1], "App Cluster"),
         "tokenfile-binder": ("valid", "tokenFile", attacks["tokenFile"][1], "Control Plane"),
@@ -269,7 +265,7 @@ def test_the_reconciler_refuses_hostile_kubeconfigs_in_repository_binding_secret
     }
     for attack, (text, _) in attacks.items():
         admin.create(SECRETS, secret(consumer, attack.lower(), text))
-    config = quick_config(stack, tmp_path)
+    config = env.config()
     reconciler = Reconciler(config).start(serve_http=False)
     try:
         for name, (app, control_plane, _, _) in cases.items():
