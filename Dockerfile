@@ -7,7 +7,7 @@
 # tools/release/image/packages.txt and run tools/release/image/install.sh: a venv in
 # /opt/klutch-gitops with klutch-gitops[server] from wheels pinned by requirements.lock (Python
 # 3.11, bookworm's), and the user 10001.
-# tests/unit/dev/image/test_image_spec.py keeps this file and the daemonless build alike.
+# tests/unit/tools/release/image/test_image_spec.py keeps this file and the daemonless build alike.
 ARG DEBIAN_IMAGE=debian:bookworm-slim
 FROM ${DEBIAN_IMAGE}
 

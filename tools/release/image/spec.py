@@ -1,8 +1,9 @@
 """What the image is: its Debian packages, entry point, user, environment and ports.
 
-The Dockerfile says the same things in its own syntax; tests/unit/dev/image/test_image_spec.py holds
-the two together. The package list (``packages.txt``) and ``install.sh`` sit beside this module,
-where the repository's .dockerignore lets ``docker build`` see them too, and both builds read them.
+The Dockerfile says the same things in its own syntax;
+tests/unit/tools/release/image/test_image_spec.py holds the two together. The package list
+(``packages.txt``) and ``install.sh`` sit beside this module, where the repository's .dockerignore
+lets ``docker build`` see them too, and both builds read them.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from reconciler.registration import BindingRef, ConfigEntry, Registration
 from reconciler.registrations import Registrations
 from reconciler.steering import resume_hint
 from reconciler.work import Work
-from tests.unit.test_registrations import (  # noqa: F401
+from tests.unit.reconciler.test_registrations import (  # noqa: F401
     NAME,
     FakeKube,
     FakeSync,

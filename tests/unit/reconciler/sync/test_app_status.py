@@ -12,7 +12,14 @@ from reconciler.sync.app_status import AppStatusInputs, app_status, git_status
 from reconciler.sync.desired import DesiredState
 from reconciler.sync.observe import observe
 from reconciler.sync.outcome import Failed, Foreign
-from tests.unit.test_sync_stages import APP_NS, KIND, REPO, claim, live_and_copy, mapped_view
+from tests.unit.reconciler.sync.test_sync_stages import (
+    APP_NS,
+    KIND,
+    REPO,
+    claim,
+    live_and_copy,
+    mapped_view,
+)
 
 T1, T2 = "2026-01-01T00:00:00Z", "2026-02-02T00:00:00Z"
 LIVE = {

@@ -23,7 +23,7 @@ from tools.release import dist
 from tools.release.image.rootfs import run
 from tools.release.image.wheels import project_wheel
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # Not for a Pod or a laptop: the local stack, the local backend, the release tooling, the tests.
 KIT_MODULES = ("klutch_gitops.dev", "klutch_local", "tools", "tests", "bench")
 # Path segments of the test kit and the release tooling, wherever a wheel might carry them.
