@@ -1,7 +1,8 @@
 """Kubernetes' own resources, the one place their group, version and plural are spelled.
 
 Klutch's resources (and the Crossplane kinds of its Control Plane) live in ``klutch_gitops.apis``;
-tests/unit/test_package_rules.py keeps every fixed ``Resource(...)`` in one of these two modules.
+tests/unit/rules/test_package_rules.py keeps every fixed ``Resource(...)`` in one of these two
+modules.
 """
 
 from __future__ import annotations
