@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from klutch_gitops.config import RegistrationSpec, SecretRef, WriteBack
+from klutch_gitops.config import RegistrationSpec
 from reconciler.registration import BindingRef, ConfigEntry, Registration
 from reconciler.registrations import Registrations
 from reconciler.steering import resume_hint
 from reconciler.work import Work
+from tests.kit.specs import registration_spec
 from tests.unit.reconciler.test_registrations import (  # noqa: F401
     NAME,
     FakeKube,
@@ -23,23 +24,7 @@ from tests.unit.reconciler.test_registrations import (  # noqa: F401
 
 
 def spec(url: str = "https://git.example.com/t.git") -> RegistrationSpec:
-    return RegistrationSpec(
-        name="team",
-        url=url,
-        consumer_namespace="c",
-        app_namespaces=("t",),
-        app_kubeconfig=SecretRef(),
-        control_plane_kubeconfig=SecretRef(),
-        branch="main",
-        path=".",
-        credentials=None,
-        webhook_secret=None,
-        forge_token=None,
-        write_back=WriteBack(mode="inline", branch="klutch-status", author=None),
-        poll_interval=None,
-        suspend=False,
-        app_sync="reconciler",
-    )
+    return registration_spec(url=url)
 
 
 def test_forgetting_drops_the_reference_error_and_the_lock(

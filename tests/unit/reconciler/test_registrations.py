@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from klutch_gitops.config import PlatformSpec, RegistrationSpec, SecretRef, WriteBack
+from klutch_gitops.config import PlatformSpec, RegistrationSpec
 from klutch_gitops.config_file import config_from, platform_from
 from klutch_gitops.errors import KlutchError
 from klutch_gitops.kube.conditions import by_type
@@ -23,6 +23,7 @@ from reconciler.registration import ConfigEntry, Registration
 from reconciler.registrations import PLATFORM, Registrations
 from reconciler.server import create_app
 from reconciler.sync.outcome import PassOutcome
+from tests.kit.specs import registration_spec
 
 HEAD = "b" * 40
 NAME = "cluster-a.team"
@@ -233,23 +234,7 @@ def test_status_is_written_only_when_it_changes(world: tuple[Registrations, Fake
 
 def test_config_registrations_are_shown_not_written(world: tuple[Registrations, FakeKube]) -> None:
     registrations, kube = world
-    spec = RegistrationSpec(
-        name="team",
-        url="https://git.example.com/t.git",
-        consumer_namespace="c",
-        app_namespaces=("t",),
-        app_kubeconfig=SecretRef(),
-        control_plane_kubeconfig=SecretRef(),
-        branch="main",
-        path=".",
-        credentials=None,
-        webhook_secret=None,
-        forge_token=None,
-        write_back=WriteBack(mode="inline", branch="klutch-status", author=None),
-        poll_interval=None,
-        suspend=False,
-        app_sync="reconciler",
-    )
+    spec = registration_spec()
     registrations.records["team"] = Registration("team", ConfigEntry(), spec)
     registrations.handle(("register", "team"))
     registrations.handle(("sync", "team"))

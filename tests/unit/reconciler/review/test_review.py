@@ -11,35 +11,20 @@ from pathlib import Path
 import httpx
 import pytest
 
-from klutch_gitops.config import RegistrationSpec, SecretRef, WriteBack
+from klutch_gitops.config import RegistrationSpec
 from klutch_gitops.errors import KlutchError
 from reconciler.review.forges import State
 from reconciler.review.pulls import Reviewer, context, error_comment, marker
 from reconciler.sync.connection import Connection
 from reconciler.triggers.webhook_events import PullRequestEvent
+from tests.kit.specs import registration_spec
 
 API = "https://api.github.com/repos/org/claims"
 TOKEN = "t0ken"
 
 
 def spec(name: str, url: str, branch: str = "main", path: str = "claims") -> RegistrationSpec:
-    return RegistrationSpec(
-        name=name,
-        url=url,
-        consumer_namespace="cluster-abc",
-        app_namespaces=("team",),
-        app_kubeconfig=SecretRef(file=Path("/dev/null")),
-        control_plane_kubeconfig=SecretRef(file=Path("/dev/null")),
-        branch=branch,
-        path=path,
-        credentials=None,
-        webhook_secret=None,
-        forge_token=None,
-        write_back=WriteBack(mode="inline", branch="klutch-status", author=None),
-        poll_interval=None,
-        suspend=False,
-        app_sync="reconciler",
-    )
+    return registration_spec(name, url, "cluster-abc", ("team",), branch=branch, path=path)
 
 
 def connection(spec: RegistrationSpec, token: str | None = TOKEN) -> Connection:
