@@ -2,7 +2,7 @@
 #   make run    the local stack (etcd, app + control-plane clusters, Dex, Crossplane) and the
 #               reconciler on the example repositories
 #   make test   the type check, then every test tier that CI runs, against the real local stack,
-#               on two pytest-xdist workers with a stack each (pyproject's addopts). To debug in
+#               on three pytest-xdist workers with a stack each (pyproject's addopts). To debug in
 #               one process (pdb, breakpoints, -s output in order): .venv/bin/pytest -n 0 ...
 #   make lint   ruff (lint and format) and the type check (mypy, configured in pyproject.toml)
 PYTHON ?= python3

@@ -1,4 +1,4 @@
-"""How a run is split over pytest-xdist workers (pyproject's addopts: ``-n 2 --dist loadfile``).
+"""How a run is split over pytest-xdist workers (pyproject's addopts: ``-n 3 --dist loadfile``).
 
 Every worker is a pytest session of its own, so session fixtures (the local stack, the Git
 server) are per worker already; what they must not share is a port or a fixed path. Ports: each
