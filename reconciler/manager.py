@@ -281,10 +281,11 @@ class Reconciler:
 
     def _record(self, shard: int) -> dict[str, str]:
         """The commit each of the shard's repositories last passed here, for its Lease."""
+        syncs = self.syncs  # built from the records: once, not per name
         return {
-            name: sync.last_pass.commit
-            for name in self._in_shard(list(self.syncs), shard)
-            if (sync := self.syncs.get(name)) is not None and sync.last_pass is not None
+            name: outcome.commit
+            for name in self._in_shard(list(syncs), shard)
+            if (outcome := syncs[name].last_pass) is not None
         }
 
     def _remote_head(self, name: str) -> str | None:
@@ -321,9 +322,9 @@ class Reconciler:
             registrations.release(name)  # one may be in flight
 
     def _shard_fetch(self, shard: int) -> None:
-        for name in self._in_shard(list(self.syncs), shard):
-            if (sync := self.syncs.get(name)) is not None:
-                sync.trigger_fetch()
+        syncs = self.syncs
+        for name in self._in_shard(list(syncs), shard):
+            syncs[name].trigger_fetch()
 
     # -- one-shot ---------------------------------------------------------------------------
 

@@ -211,10 +211,10 @@ class Registrations:
             log.warning("write-back failed", extra={"repository": name, "error": error})
             record.write_back_error = error  # the queue retries it
             self.report(record)
+        elif record is not None:
+            self.synced(record, error)  # logs it
         else:
             log.warning("sync failed", extra={"repository": name, "error": error})
-            if record is not None:
-                self.synced(record, error)
 
     def sync_platform(self, _name: str) -> None:
         if self.platform is not None:

@@ -4,13 +4,13 @@ the pydantic models (klutch_gitops/models/registration.py), never from a test.""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from klutch_gitops.config import RegistrationSpec
-from klutch_gitops.config_file import parse_config
+from klutch_gitops.config_file import build_config
+from klutch_gitops.models.reconciler import ReconcilerConfig
 
 
 def registration_spec(
@@ -30,10 +30,6 @@ def registration_spec(
         "appCluster": {"kubeconfig": "/dev/null"},
         "controlPlane": {"kubeconfig": "/dev/null"},
     }
-    config = parse_config(
-        json.dumps({"controlPlane": {"kubeconfig": "/dev/null"}, "repositories": [entry]}),
-        "tests/kit/specs.py",
-        Path("/"),
-    )
-    [spec] = config.repositories
+    data = {"controlPlane": {"kubeconfig": "/dev/null"}, "repositories": [entry]}
+    [spec] = build_config(ReconcilerConfig.model_validate(data), Path("/")).repositories
     return replace(spec, **fields)
